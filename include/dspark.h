@@ -1,0 +1,64 @@
+/* dspark.h: the only public API of the dspark library.
+ *
+ * dspark is a C11 inference engine built around lossless speculative decoding. The command-line
+ * tool and the server are clients of this header like any embedding program. Handles are opaque;
+ * every function that can fail returns a dsp_status and leaves a human-readable message, naming
+ * the bad input, in dsp_last_error() (per thread). */
+#ifndef DSPARK_H
+#define DSPARK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dsp_status {
+    DSP_OK = 0,
+    DSP_ERR_INVALID_ARG,  /* a parameter is out of its documented range */
+    DSP_ERR_IO,           /* a file could not be opened / read / mapped */
+    DSP_ERR_FORMAT,       /* a file or request is malformed (corrupt GGUF, bad JSON, ...) */
+    DSP_ERR_UNSUPPORTED,  /* well-formed but not supported (architecture, tensor type, ...) */
+    DSP_ERR_NOMEM,        /* an allocation failed or a limit would be exceeded */
+    DSP_ERR_NOT_FOUND,    /* a named thing (key, tensor, model) does not exist */
+    DSP_ERR_RANGE,        /* e.g. a prompt longer than the context */
+    DSP_ERR_TEMPLATE,     /* a chat template failed to parse or render */
+    DSP_ERR_CANCELLED,    /* the caller cancelled the operation */
+    DSP_ERR_BUSY,         /* a queue is full or the engine is shutting down */
+    DSP_ERR_INTERNAL,     /* a bug: please report */
+} dsp_status;
+
+const char *dsp_status_to_string(dsp_status st);
+/* The calling thread's message for the last failed call ("" if none). */
+const char *dsp_last_error(void);
+
+/* ---- models ------------------------------------------------------------------------------ */
+
+typedef struct dsp_model dsp_model;           /* weights (mmapped) + metadata + tokenizer */
+typedef struct dsp_tokenizer dsp_tokenizer;   /* owned by its model */
+
+typedef struct dsp_model_params {
+    bool vocab_only;        /* load metadata + tokenizer only; no weight checks beyond the file layout */
+    bool progress;          /* print load progress to stderr (the CLI sets it on a TTY) */
+} dsp_model_params;
+
+dsp_model_params dsp_model_default_params(void);
+/* path: a local GGUF file. */
+dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_model **out);
+void dsp_model_destroy(dsp_model *m);
+
+/* ---- tokenizer --------------------------------------------------------------------------- */
+
+enum {
+    DSP_TOKENIZE_ADD_SPECIAL = 1 << 0, /* add BOS/EOS as the model's metadata asks */
+    DSP_TOKENIZE_PARSE_SPECIAL = 1 << 1, /* match special-token text (e.g. "<|im_start|>") as tokens */
+};
+
+const dsp_tokenizer *dsp_model_tokenizer(const dsp_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+/* tests/dsp_test.h: a minimal unit-test harness. Each test file defines test functions, lists them
+ * in main via DSP_RUN, and returns dsp_test_summary(). A failed CHECK prints file:line and the
+ * values, counts a failure and carries on within the test. */
+#ifndef DSP_TEST_H
+#define DSP_TEST_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int dsp_test_failures = 0, dsp_test_checks = 0, dsp_test_ran = 0, dsp_test_failed_tests = 0;
+
+#define CHECK(cond)                                                                          \
+    do {                                                                                     \
+        dsp_test_checks++;                                                                   \
+        if (!(cond)) {                                                                       \
+            dsp_test_failures++;                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);         \
+        }                                                                                    \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                                 \
+    do {                                                                                     \
+        dsp_test_checks++;                                                                   \
+        if (!(cond)) {                                                                       \
+            dsp_test_failures++;                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);         \
+            fprintf(stderr, __VA_ARGS__);                                                    \
+            fputc('\n', stderr);                                                             \
+        }                                                                                    \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                                   \
+    do {                                                                                     \
+        long long _a = (long long)(a), _b = (long long)(b);                                  \
+        dsp_test_checks++;                                                                   \
+        if (_a != _b) {                                                                      \
+            dsp_test_failures++;                                                             \
+            fprintf(stderr, "%s:%d: CHECK_EQ_INT failed: %s = %lld, %s = %lld\n", __FILE__,  \
+                    __LINE__, #a, _a, #b, _b);                                               \
+        }                                                                                    \
+    } while (0)
+
+#define CHECK_EQ_STR(a, b)                                                                   \
+    do {                                                                                     \
+        const char *_a = (a), *_b = (b);                                                     \
+        dsp_test_checks++;                                                                   \
+        if (!_a || !_b || strcmp(_a, _b) != 0) {                                             \
+            dsp_test_failures++;                                                             \
+            fprintf(stderr, "%s:%d: CHECK_EQ_STR failed: %s = \"%s\", %s = \"%s\"\n",        \
+                    __FILE__, __LINE__, #a, _a ? _a : "(null)", #b, _b ? _b : "(null)");     \
+        }                                                                                    \
+    } while (0)
+
+#define DSP_RUN(fn)                                                                          \
+    do {                                                                                     \
+        int _before = dsp_test_failures;                                                     \
+        fn();                                                                                \
+        dsp_test_ran++;                                                                      \
+        if (dsp_test_failures != _before) dsp_test_failed_tests++;                           \
+        fprintf(stderr, "%s %s\n", dsp_test_failures == _before ? "ok  " : "FAIL", #fn);     \
+    } while (0)
+
+static inline int dsp_test_summary(void) {
+    fprintf(stderr, "%d tests, %d checks, %d failed checks\n", dsp_test_ran, dsp_test_checks,
+            dsp_test_failures);
+    return dsp_test_failures ? 1 : 0;
+}
+
+/* Path of shared test data (../shared/testdata) or NULL if absent; tests then skip. */
+static inline const char *dsp_test_shared_dir(void) {
+    const char *d = getenv("DSP_TESTDATA");
+    return (d && *d) ? d : NULL;
+}
+/* Path of the fetched models directory, or NULL. */
+static inline const char *dsp_test_models_dir(void) {
+    const char *d = getenv("DSP_MODELS");
+    return (d && *d) ? d : NULL;
+}
+
+#endif
