@@ -4,7 +4,8 @@
  *     passes of 11/11/10 bits, O(n) worst case, no sort, result independent of input order);
  *   - penalties from counts rebuilt in scratch over the history windows, then zeroed again
  *     (invariant: scratch gen_count / win_count are all zero between calls);
- *   - top-p by sorting only a growing top-m prefix (m = 64, x8, ...) until the mass is reached.
+ *   - top-p by sorting only a growing top-m prefix (m = 64, x8, ...) until the mass is reached;
+ *     small prefixes by qsort, large ones by a stable LSD radix sort (same order, O(n)).
  * Nothing here allocates, uses globals or threads; every sum has a fixed order. */
 #include "sample/sample.h"
 
@@ -113,7 +114,7 @@ static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 size_t dsp_sample_scratch_bytes(int32_t n_vocab) {
     if (n_vocab < 1 || n_vocab > DSP_SAMPLE_MAX_VOCAB) return 0;
     size_t v = (size_t)n_vocab;
-    return 2 * align16(v * sizeof(cand)) + 3 * align16(v * sizeof(uint32_t));
+    return align16(v * sizeof(cand)) + align16(2 * v * sizeof(uint64_t)) + 3 * align16(v * sizeof(uint32_t));
 }
 
 dsp_status dsp_sample_scratch_init(dsp_sample_scratch *s, void *mem, size_t bytes, int32_t n_vocab) {
@@ -128,8 +129,8 @@ dsp_status dsp_sample_scratch_init(dsp_sample_scratch *s, void *mem, size_t byte
     s->n_vocab = n_vocab;
     s->cand = m;
     m += align16(v * sizeof(cand));
-    s->sorted = m;
-    m += align16(v * sizeof(cand));
+    s->items = (uint64_t *)(void *)m;
+    m += align16(2 * v * sizeof(uint64_t));
     s->tmp = (uint32_t *)(void *)m;
     m += align16(v * sizeof(uint32_t));
     s->gen_count = (uint32_t *)(void *)m;
@@ -205,16 +206,43 @@ static uint32_t radix_kth_largest(uint32_t *t, size_t n, size_t k) {
     return result;
 }
 
-/* (key desc, id asc): a total order, so qsort's result is unique. */
-static int cmp_cand_desc(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->key != y->key) return x->key > y->key ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sort a[0, n) ascending. The items are (~key << 32 | j), gathered in ascending j, so sorting on
+ * the high half alone with a stable LSD radix sort gives the same order as a full sort: (key
+ * desc, id asc), a total order, hence a unique result whichever path runs. Result in a; b is a
+ * buffer of n items. */
+static void sort_items(uint64_t *a, uint64_t *b, size_t n) {
+    if (n < 1024) {
+        qsort(a, n, sizeof *a, cmp_u64);
+        return;
+    }
+    static const int shift[3] = {32, 43, 54};
+    static const uint32_t mask[3] = {0x7ff, 0x7ff, 0x3ff};
+    uint64_t *src = a, *dst = b;
+    for (int pass = 0; pass < 3; pass++) {
+        size_t pos[2048] = {0};
+        for (size_t i = 0; i < n; i++) pos[(src[i] >> shift[pass]) & mask[pass]]++;
+        size_t sum = 0;
+        for (uint32_t d = 0; d <= mask[pass]; d++) {
+            size_t c = pos[d];
+            pos[d] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++) dst[pos[(src[i] >> shift[pass]) & mask[pass]]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a) memcpy(a, src, n * sizeof *a); /* odd pass count: the result is in b */
 }
 
 /* Top-p over c[0, n) (ascending id): the key of the last token to keep; every token with a key
- * >= it is kept (sample.h step 6). */
-static uint32_t top_p_threshold(const cand *c, size_t n, double top_p, uint32_t *tmp, cand *sorted) {
+ * >= it is kept (sample.h step 6). items holds 2n uint64. */
+static uint32_t top_p_threshold(const cand *c, size_t n, double top_p, uint32_t *tmp, uint64_t *items) {
     double total = 0.0;
     for (size_t j = 0; j < n; j++) total += c[j].w;
     const double target = top_p * total;
@@ -224,12 +252,13 @@ static uint32_t top_p_threshold(const cand *c, size_t n, double top_p, uint32_t 
         uint32_t thr = radix_kth_largest(tmp, n, m);
         size_t ng = 0;
         for (size_t j = 0; j < n; j++)
-            if (c[j].key >= thr) sorted[ng++] = c[j];
-        qsort(sorted, ng, sizeof *sorted, cmp_cand_desc);
+            if (c[j].key >= thr) items[ng++] = ((uint64_t)~c[j].key << 32) | (uint64_t)j;
+        sort_items(items, items + n, ng);
         double cum = 0.0;
         for (size_t i = 0; i < ng; i++) {
-            cum += sorted[i].w;
-            if (cum >= target) return sorted[i].key;
+            const cand *e = &c[(uint32_t)items[i]];
+            cum += e->w;
+            if (cum >= target) return e->key;
         }
         /* The gathered prefix holds less than the target: widen it. With everything gathered
          * (rounding left cum a hair below target) keep everything. */
@@ -346,7 +375,7 @@ dsp_status dsp_sample_process(const float *logits, const dsp_sample_history *h,
         n++;
     }
     if (prm->top_p < 1.0f) {
-        uint32_t p_thr = top_p_threshold(c, n, (double)prm->top_p, s->tmp, s->sorted);
+        uint32_t p_thr = top_p_threshold(c, n, (double)prm->top_p, s->tmp, s->items);
         size_t m = 0;
         for (size_t j = 0; j < n; j++)
             if (c[j].key >= p_thr) c[m++] = c[j];

@@ -103,7 +103,7 @@ typedef struct dsp_sample_scratch {
     int32_t n_vocab;
     uint32_t *tmp;      /* (V) radix-selection keys */
     void *cand;         /* (V) candidates {w, key, id}, ascending id */
-    void *sorted;       /* (V) top-p prefix being sorted */
+    uint64_t *items;    /* (2V) top-p prefix being sorted, and its radix buffer */
     uint32_t *gen_count; /* (V) all zero between calls */
     uint32_t *win_count; /* (V) all zero between calls */
 } dsp_sample_scratch;
