@@ -30,7 +30,12 @@
  *      min-p: keep tokens with w >= min_p * w_max (= min_p), relative to the top token (HF).
  *      Tokens whose w underflows to 0 are not kept. p_i = w_i / sum(kept w), else 0.
  *   Every sum runs in a fixed order (ascending id unless stated), in double, single-threaded:
- *   the same inputs give the same bits on every run.
+ *   the same inputs give the same bits on every run (across machines too, given the same libm
+ *   exp/log; everything else is IEEE arithmetic with -ffp-contract=off).
+ *   Differences from Hugging Face (the test oracle, tests/fixtures/sampling): HF computes in
+ *   float32 (we agree within 1e-5 relative on p); HF's unstable sort keeps an arbitrary part of a
+ *   tie group straddling the top-p boundary, we keep all of it; HF applies the repetition penalty
+ *   to every input id (our repetition_last_n = -1) and has no presence/frequency/bias processors.
  *
  * Sampling from p with a uniform u in [0, 1): inverse CDF over the kept tokens in ascending id
  * order: the first token whose running sum of p exceeds u * p_sum. Greedy ignores u.
