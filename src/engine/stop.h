@@ -25,7 +25,7 @@ typedef struct dsp_stop {
 /* stops: NULL-terminated list (at most DSP_MAX_STOP); empty strings are ignored. */
 dsp_status dsp_stop_init(dsp_stop *st, const char *const *stops, int n);
 void dsp_stop_free(dsp_stop *st);
-/* Feed text; *emit/*n_emit receive the bytes now safe to emit (valid until the next call).
+/* Feed text; *emit and *n_emit receive the bytes now safe to emit (valid until the next call).
  * Returns true if a stop string was found (then the emitted bytes end right before it). */
 bool dsp_stop_feed(dsp_stop *st, const char *text, size_t n, const char **emit, size_t *n_emit);
 /* End of generation without a stop: flush everything held back. */
