@@ -49,6 +49,29 @@ dsp_model_params dsp_model_default_params(void);
 dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_model **out);
 void dsp_model_destroy(dsp_model *m);
 
+/* What `dspark info` shows. Strings point into the model and live as long as it. */
+typedef struct dsp_model_info {
+    const char *path;
+    uint32_t gguf_version;
+    uint64_t file_size;
+    const char *arch;           /* general.architecture, e.g. "llama" */
+    const char *name;           /* general.name or "" */
+    uint64_t n_params;          /* sum of all tensor element counts */
+    uint64_t n_tensors;
+    uint32_t n_layers, n_embd, n_ff, n_head, n_head_kv; /* 0 where the metadata lacks them */
+    uint32_t n_ctx_train;       /* <arch>.context_length, 0 if absent */
+    uint32_t n_vocab;           /* from tokenizer.ggml.tokens, 0 if absent */
+    const char *tok_model;      /* tokenizer.ggml.model ("gpt2", "llama", ...) or "" */
+    const char *tok_pre;        /* tokenizer.ggml.pre or "" */
+    bool has_chat_template;
+    /* bytes and tensor counts per tensor type id (index = GGML type id, < 40) */
+    uint64_t type_bytes[40];
+    uint32_t type_count[40];
+} dsp_model_info;
+
+void dsp_model_get_info(const dsp_model *m, dsp_model_info *info);
+const char *dsp_tensor_type_name(uint32_t type_id); /* "Q4_K"; NULL if unknown */
+
 /* ---- tokenizer --------------------------------------------------------------------------- */
 
 enum {

@@ -1,7 +1,105 @@
-/* cli/cmd_info: `dspark info MODEL` (placeholder until io/gguf lands). */
+/* cli/cmd_info: `dspark info MODEL [--json]`: what a model file holds. */
 #include "cli/cli.h"
 
+#include "dspark.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dspark info MODEL.gguf [--json]\n\n"
+               "Shows the architecture, parameter count, bytes per tensor type, context length,\n"
+               "tokenizer kind and vocabulary size, and whether a chat template is present.\n\n"
+               "  --json     print one JSON object instead of text\n");
+}
+
+static void human(char *buf, size_t n, double v, const char *unit) {
+    const char *pre[] = {"", "K", "M", "G", "T"};
+    int i = 0;
+    while (v >= 1000 && i < 4) v /= 1000, i++;
+    snprintf(buf, n, i ? "%.2f %s%s" : "%.0f %s%s", v, pre[i], unit);
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
 int dsp_cmd_info(int argc, char **argv) {
-    (void)argc; (void)argv;
-    return dsp_cli_fail("info", "not implemented yet");
+    if (dsp_cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    const char *path = NULL;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
+        else if (argv[i][0] == '-') return usage(stderr), dsp_cli_fail("info", "unknown option '%s'", argv[i]), 2;
+        else if (!path) path = argv[i];
+        else return usage(stderr), 2;
+    }
+    if (!path) {
+        usage(stderr);
+        return 2;
+    }
+    dsp_model_params mp = dsp_model_default_params();
+    mp.vocab_only = true;
+    dsp_model *m;
+    if (dsp_model_load(path, &mp, &m) != DSP_OK) return dsp_cli_fail("info", "%s", dsp_last_error());
+    dsp_model_info in;
+    dsp_model_get_info(m, &in);
+    if (json) {
+        printf("{\"path\": ");
+        json_str(stdout, in.path);
+        printf(", \"gguf_version\": %u, \"file_size\": %" PRIu64 ", \"architecture\": ", in.gguf_version, in.file_size);
+        json_str(stdout, in.arch);
+        printf(", \"name\": ");
+        json_str(stdout, in.name);
+        printf(", \"n_params\": %" PRIu64 ", \"n_tensors\": %" PRIu64 ", \"n_layers\": %u, \"n_embd\": %u, \"n_ff\": %u, "
+               "\"n_head\": %u, \"n_head_kv\": %u, \"context_length\": %u, \"tokenizer\": {\"model\": ",
+               in.n_params, in.n_tensors, in.n_layers, in.n_embd, in.n_ff, in.n_head, in.n_head_kv, in.n_ctx_train);
+        json_str(stdout, in.tok_model);
+        printf(", \"pre\": ");
+        json_str(stdout, in.tok_pre);
+        printf(", \"vocab_size\": %u}, \"chat_template\": %s, \"tensor_types\": {", in.n_vocab, in.has_chat_template ? "true" : "false");
+        bool first = true;
+        for (int t = 0; t < 40; t++) {
+            if (!in.type_count[t]) continue;
+            printf("%s\"%s\": {\"tensors\": %u, \"bytes\": %" PRIu64 "}", first ? "" : ", ", dsp_tensor_type_name((uint32_t)t),
+                   in.type_count[t], in.type_bytes[t]);
+            first = false;
+        }
+        printf("}}\n");
+    } else {
+        char a[32], b[32];
+        human(a, sizeof a, (double)in.n_params, "");
+        human(b, sizeof b, (double)in.file_size, "B");
+        printf("model:          %s\n", in.path);
+        printf("name:           %s\n", in.name[0] ? in.name : "(none)");
+        printf("architecture:   %s\n", in.arch);
+        printf("parameters:     %s (%" PRIu64 ")\n", a, in.n_params);
+        printf("file:           %s, GGUF v%u, %" PRIu64 " tensors\n", b, in.gguf_version, in.n_tensors);
+        printf("layers:         %u, embedding %u, feed-forward %u, heads %u (kv %u)\n", in.n_layers, in.n_embd, in.n_ff, in.n_head,
+               in.n_head_kv);
+        printf("context length: %u\n", in.n_ctx_train);
+        printf("tokenizer:      %s%s%s%s, vocabulary %u\n", in.tok_model[0] ? in.tok_model : "(none)", in.tok_pre[0] ? " (pre: " : "",
+               in.tok_pre, in.tok_pre[0] ? ")" : "", in.n_vocab);
+        printf("chat template:  %s\n", in.has_chat_template ? "present" : "absent");
+        printf("tensor types:\n");
+        for (int t = 0; t < 40; t++) {
+            if (!in.type_count[t]) continue;
+            human(b, sizeof b, (double)in.type_bytes[t], "B");
+            printf("  %-8s %4u tensors  %10s\n", dsp_tensor_type_name((uint32_t)t), in.type_count[t], b);
+        }
+    }
+    dsp_model_destroy(m);
+    return 0;
 }

@@ -1,0 +1,667 @@
+/* io/gguf: see gguf.h.
+ *
+ * One pass over the header builds the kv and tensor tables; every read goes through the bounds
+ * checked cursor below, so a corrupt file ends in an error naming the field, never in a read past
+ * the mapping. Counts are checked against the bytes left before anything is allocated for them. */
+#include "io/gguf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define GGUF_DEFAULT_ALIGNMENT 32
+#define GGUF_MAX_NESTING 8 /* arrays of arrays of ...: deeper is certainly not a real model file */
+
+struct dsp_gguf {
+    const uint8_t *base;
+    uint64_t size;
+    void *map;        /* non-NULL when we own an mmap */
+    size_t map_size;
+    uint32_t version;
+    uint64_t alignment;
+    uint64_t data_offset;
+    uint64_t n_kv, n_tensors;
+    dsp_gguf_kv *kv;
+    dsp_gguf_tensor *tensors;
+    uint64_t *tensor_hash; /* open-addressing table of tensor indices + 1, size tensor_cap */
+    uint64_t tensor_cap;
+    uint64_t *kv_hash;     /* same for metadata keys, size kv_cap */
+    uint64_t kv_cap;
+};
+
+/* ---- bounds-checked cursor ---------------------------------------------------------------- */
+
+typedef struct {
+    const uint8_t *base;
+    uint64_t size, pos;
+} cursor;
+
+static uint64_t left(const cursor *c) { return c->size - c->pos; }
+
+static dsp_status need(const cursor *c, uint64_t n, const char *what) {
+    if (n > left(c))
+        return dsp_error(DSP_ERR_FORMAT, "%s: needs %" PRIu64 " bytes at offset %" PRIu64 ", past end of file (%" PRIu64 " bytes)",
+                         what, n, c->pos, c->size);
+    return DSP_OK;
+}
+
+static uint64_t rd_le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static dsp_status rd_u32(cursor *c, uint32_t *v, const char *what) {
+    dsp_status st = need(c, 4, what);
+    if (st) return st;
+    *v = (uint32_t)rd_le(c->base + c->pos, 4);
+    c->pos += 4;
+    return DSP_OK;
+}
+
+static dsp_status rd_u64(cursor *c, uint64_t *v, const char *what) {
+    dsp_status st = need(c, 8, what);
+    if (st) return st;
+    *v = rd_le(c->base + c->pos, 8);
+    c->pos += 8;
+    return DSP_OK;
+}
+
+static dsp_status rd_str(cursor *c, dsp_str *s, const char *what) {
+    uint64_t len;
+    dsp_status st = rd_u64(c, &len, what);
+    if (st) return st;
+    if (len > left(c))
+        return dsp_error(DSP_ERR_FORMAT, "%s: string length %" PRIu64 " at offset %" PRIu64 " runs past end of file (%" PRIu64 " bytes)",
+                         what, len, c->pos - 8, c->size);
+    s->ptr = (const char *)c->base + c->pos;
+    s->len = len;
+    c->pos += len;
+    return DSP_OK;
+}
+
+/* size in bytes of a fixed-size value type, 0 for STRING/ARRAY/unknown */
+static uint64_t type_size(uint32_t t) {
+    switch (t) {
+    case DSP_GGUF_U8: case DSP_GGUF_I8: case DSP_GGUF_BOOL: return 1;
+    case DSP_GGUF_U16: case DSP_GGUF_I16: return 2;
+    case DSP_GGUF_U32: case DSP_GGUF_I32: case DSP_GGUF_F32: return 4;
+    case DSP_GGUF_U64: case DSP_GGUF_I64: case DSP_GGUF_F64: return 8;
+    default: return 0;
+    }
+}
+
+const char *dsp_gguf_type_name(dsp_gguf_type t) {
+    static const char *names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool",
+                                  "string", "array", "u64", "i64", "f64"};
+    return (unsigned)t < DSP_GGUF_TYPE_COUNT ? names[t] : "unknown";
+}
+
+bool dsp_str_eq(dsp_str s, const char *c) {
+    size_t n = strlen(c);
+    return s.len == n && memcmp(s.ptr, c, n) == 0;
+}
+
+/* ---- metadata values ---------------------------------------------------------------------- */
+
+/* Skip one value of type t at the cursor (validating it); used for array elements. For STRING
+ * and ARRAY elements the caller records the element start. `depth` bounds nesting. */
+static dsp_status skip_value(cursor *c, uint32_t t, int depth, const char *key) {
+    uint64_t sz = type_size(t);
+    if (sz) {
+        dsp_status st = need(c, sz, key);
+        if (st) return st;
+        c->pos += sz;
+        return DSP_OK;
+    }
+    if (t == DSP_GGUF_STRING) {
+        dsp_str s;
+        return rd_str(c, &s, key);
+    }
+    if (t == DSP_GGUF_ARRAY) {
+        if (depth >= GGUF_MAX_NESTING)
+            return dsp_error(DSP_ERR_FORMAT, "key '%s': arrays nested deeper than %d", key, GGUF_MAX_NESTING);
+        uint32_t et;
+        uint64_t n;
+        dsp_status st = rd_u32(c, &et, key);
+        if (!st) st = rd_u64(c, &n, key);
+        if (st) return st;
+        if (et >= DSP_GGUF_TYPE_COUNT)
+            return dsp_error(DSP_ERR_FORMAT, "key '%s': nested array has unknown element type %u", key, et);
+        uint64_t esz = type_size(et);
+        if (esz) {
+            if (n > left(c) / esz)
+                return dsp_error(DSP_ERR_FORMAT, "key '%s': nested array of %" PRIu64 " %s runs past end of file", key, n,
+                                 dsp_gguf_type_name(et));
+            c->pos += n * esz;
+            return DSP_OK;
+        }
+        /* every string or array element takes at least 8 (or 12) bytes */
+        if (n > left(c) / 8)
+            return dsp_error(DSP_ERR_FORMAT, "key '%s': nested array count %" PRIu64 " exceeds the bytes left (%" PRIu64 ")", key, n,
+                             left(c));
+        for (uint64_t i = 0; i < n; i++) {
+            st = skip_value(c, et, depth + 1, key);
+            if (st) return st;
+        }
+        return DSP_OK;
+    }
+    return dsp_error(DSP_ERR_FORMAT, "key '%s': unknown value type %u", key, t);
+}
+
+static dsp_status read_kv(cursor *c, dsp_gguf_kv *kv, uint64_t idx) {
+    char what[64];
+    snprintf(what, sizeof what, "metadata entry %" PRIu64 " key", idx);
+    dsp_status st = rd_str(c, &kv->key, what);
+    if (st) return st;
+    /* a key name for messages: keys are untrusted bytes, print at most 200 of them */
+    char key[201];
+    size_t kl = kv->key.len < 200 ? (size_t)kv->key.len : 200;
+    memcpy(key, kv->key.ptr, kl);
+    key[kl] = '\0';
+    if (kv->key.len == 0) return dsp_error(DSP_ERR_FORMAT, "metadata entry %" PRIu64 ": empty key", idx);
+    if (memchr(kv->key.ptr, 0, kv->key.len))
+        return dsp_error(DSP_ERR_FORMAT, "metadata entry %" PRIu64 ": key contains a NUL byte", idx);
+    uint32_t t;
+    st = rd_u32(c, &t, key);
+    if (st) return st;
+    if (t >= DSP_GGUF_TYPE_COUNT) return dsp_error(DSP_ERR_FORMAT, "key '%s': unknown value type %u", key, t);
+    kv->type = (dsp_gguf_type)t;
+    if (t != DSP_GGUF_ARRAY) {
+        uint64_t start = c->pos;
+        kv->data = c->base + c->pos;
+        st = skip_value(c, t, 0, key);
+        if (st) return st;
+        kv->nbytes = c->pos - start;
+        if (t == DSP_GGUF_BOOL && kv->data[0] > 1)
+            return dsp_error(DSP_ERR_FORMAT, "key '%s': bool value %u is neither 0 nor 1", key, kv->data[0]);
+        return DSP_OK;
+    }
+    uint32_t et;
+    st = rd_u32(c, &et, key);
+    if (!st) st = rd_u64(c, &kv->arr_n, key);
+    if (st) return st;
+    if (et >= DSP_GGUF_TYPE_COUNT) return dsp_error(DSP_ERR_FORMAT, "key '%s': array has unknown element type %u", key, et);
+    kv->arr_type = (dsp_gguf_type)et;
+    kv->data = c->base + c->pos;
+    uint64_t start = c->pos, esz = type_size(et);
+    if (esz) {
+        if (kv->arr_n > left(c) / esz)
+            return dsp_error(DSP_ERR_FORMAT, "key '%s': array of %" PRIu64 " %s (%" PRIu64 " bytes each) runs past end of file (%" PRIu64 " bytes left)",
+                             key, kv->arr_n, dsp_gguf_type_name(et), esz, left(c));
+        c->pos += kv->arr_n * esz;
+        if (et == DSP_GGUF_BOOL)
+            for (uint64_t i = 0; i < kv->arr_n; i++)
+                if (kv->data[i] > 1)
+                    return dsp_error(DSP_ERR_FORMAT, "key '%s': bool element %" PRIu64 " is %u", key, i, kv->data[i]);
+    } else {
+        if (kv->arr_n > left(c) / 8)
+            return dsp_error(DSP_ERR_FORMAT, "key '%s': array count %" PRIu64 " exceeds the bytes left in the file (%" PRIu64 ")", key,
+                             kv->arr_n, left(c));
+        kv->elem_offs = malloc((kv->arr_n ? kv->arr_n : 1) * sizeof *kv->elem_offs);
+        if (!kv->elem_offs) return dsp_error(DSP_ERR_NOMEM, "key '%s': no memory for %" PRIu64 " array offsets", key, kv->arr_n);
+        for (uint64_t i = 0; i < kv->arr_n; i++) {
+            kv->elem_offs[i] = c->pos - start;
+            st = skip_value(c, et, 1, key);
+            if (st) return st;
+        }
+    }
+    kv->nbytes = c->pos - start;
+    return DSP_OK;
+}
+
+/* ---- open --------------------------------------------------------------------------------- */
+
+static uint64_t fnv1a(const char *p, uint64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t hash_cap_for(uint64_t n) {
+    uint64_t cap = 16;
+    while (cap < n * 2) cap <<= 1;
+    return cap;
+}
+
+/* Insert entry idx (name at names[idx]) into an open-addressing table; false if the name is
+ * already there. `stride` is the byte distance between consecutive dsp_str names. */
+static bool hash_insert(uint64_t *tab, uint64_t cap, const void *base, size_t stride, uint64_t idx) {
+    const dsp_str *nm = (const dsp_str *)((const char *)base + idx * stride);
+    uint64_t h = fnv1a(nm->ptr, nm->len) & (cap - 1);
+    while (tab[h]) {
+        const dsp_str *o = (const dsp_str *)((const char *)base + (tab[h] - 1) * stride);
+        if (o->len == nm->len && !memcmp(o->ptr, nm->ptr, nm->len)) return false;
+        h = (h + 1) & (cap - 1);
+    }
+    tab[h] = idx + 1;
+    return true;
+}
+
+static const void *hash_find(const uint64_t *tab, uint64_t cap, const void *base, size_t stride, const char *name) {
+    size_t n = strlen(name);
+    uint64_t h = fnv1a(name, n) & (cap - 1);
+    while (tab[h]) {
+        const dsp_str *o = (const dsp_str *)((const char *)base + (tab[h] - 1) * stride);
+        if (o->len == n && !memcmp(o->ptr, name, n)) return o;
+        h = (h + 1) & (cap - 1);
+    }
+    return NULL;
+}
+
+static void format_mb(char *buf, size_t n, uint64_t bytes) {
+    if (bytes >= 10u * 1024 * 1024) snprintf(buf, n, "%" PRIu64 " MB", bytes >> 20);
+    else snprintf(buf, n, "%" PRIu64 " bytes", bytes);
+}
+
+static dsp_status read_tensor(cursor *c, dsp_gguf_tensor *t, uint64_t idx) {
+    char what[64];
+    snprintf(what, sizeof what, "tensor %" PRIu64 " name", idx);
+    dsp_status st = rd_str(c, &t->name, what);
+    if (st) return st;
+    char name[201];
+    size_t nl = t->name.len < 200 ? (size_t)t->name.len : 200;
+    memcpy(name, t->name.ptr, nl);
+    name[nl] = '\0';
+    if (t->name.len == 0) return dsp_error(DSP_ERR_FORMAT, "tensor %" PRIu64 ": empty name", idx);
+    if (memchr(t->name.ptr, 0, t->name.len)) return dsp_error(DSP_ERR_FORMAT, "tensor %" PRIu64 ": name contains a NUL byte", idx);
+    st = rd_u32(c, &t->n_dims, name);
+    if (st) return st;
+    if (t->n_dims == 0 || t->n_dims > DSP_GGUF_MAX_DIMS)
+        return dsp_error(DSP_ERR_FORMAT, "tensor '%s': %u dimensions (must be 1..%d)", name, t->n_dims, DSP_GGUF_MAX_DIMS);
+    uint64_t n = 1;
+    for (int d = 0; d < DSP_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++) {
+        st = rd_u64(c, &t->ne[d], name);
+        if (st) return st;
+        if (t->ne[d] == 0) return dsp_error(DSP_ERR_FORMAT, "tensor '%s': dimension %u is zero", name, d);
+        if (t->ne[d] > INT64_MAX / n)
+            return dsp_error(DSP_ERR_FORMAT, "tensor '%s': element count overflows at dimension %u (%" PRIu64 ")", name, d, t->ne[d]);
+        n *= t->ne[d];
+    }
+    t->n_elems = n;
+    st = rd_u32(c, &t->type, name);
+    if (!st) st = rd_u64(c, &t->offset, name);
+    if (st) return st;
+    const dsp_dtype_traits *tr = dsp_dtype_get(t->type);
+    if (!tr) return dsp_error(DSP_ERR_FORMAT, "tensor '%s': unknown tensor type id %u", name, t->type);
+    if (t->ne[0] % tr->block_elems)
+        return dsp_error(DSP_ERR_FORMAT, "tensor '%s': row length %" PRIu64 " is not a multiple of the %s block size %u", name, t->ne[0],
+                         tr->name, tr->block_elems);
+    uint64_t rows = n / t->ne[0], row_bytes = t->ne[0] / tr->block_elems * tr->block_bytes;
+    if (rows && row_bytes > UINT64_MAX / rows) return dsp_error(DSP_ERR_FORMAT, "tensor '%s': byte size overflows", name);
+    t->nbytes = rows * row_bytes;
+    return DSP_OK;
+}
+
+static dsp_status parse(dsp_gguf *g) {
+    cursor c = {g->base, g->size, 0};
+    dsp_status st;
+    if (g->size < 4 || memcmp(g->base, "GGUF", 4) != 0) {
+        return dsp_error(DSP_ERR_FORMAT, "not a GGUF file (magic %s)",
+                         g->size < 4 ? "missing: file shorter than 4 bytes" : "is not \"GGUF\"");
+    }
+    c.pos = 4;
+    st = rd_u32(&c, &g->version, "header version");
+    if (st) return st;
+    if (g->version == 1) return dsp_error(DSP_ERR_UNSUPPORTED, "GGUF version 1 is not supported (only 2 and 3)");
+    if (g->version != 2 && g->version != 3) {
+        if ((g->version & 0xffff) == 0 && g->version)
+            return dsp_error(DSP_ERR_UNSUPPORTED, "big-endian GGUF files are not supported (version field 0x%08x)", g->version);
+        return dsp_error(DSP_ERR_UNSUPPORTED, "GGUF version %u is not supported (only 2 and 3)", g->version);
+    }
+    st = rd_u64(&c, &g->n_tensors, "header tensor count");
+    if (!st) st = rd_u64(&c, &g->n_kv, "header metadata count");
+    if (st) return st;
+    /* every kv takes >= 8 (key len) + 1 + 4 + 1 bytes; every tensor info >= 8 + 1 + 4 + 8 + 4 + 8 */
+    if (g->n_kv > left(&c) / 14)
+        return dsp_error(DSP_ERR_FORMAT, "header metadata count %" PRIu64 " is impossible for a file of %" PRIu64 " bytes", g->n_kv, g->size);
+    if (g->n_tensors > left(&c) / 33)
+        return dsp_error(DSP_ERR_FORMAT, "header tensor count %" PRIu64 " is impossible for a file of %" PRIu64 " bytes", g->n_tensors,
+                         g->size);
+    g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
+    g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
+    if (!g->kv || !g->tensors) return dsp_error(DSP_ERR_NOMEM, "no memory for the GGUF tables");
+
+    g->alignment = GGUF_DEFAULT_ALIGNMENT;
+    g->kv_cap = hash_cap_for(g->n_kv);
+    g->tensor_cap = hash_cap_for(g->n_tensors);
+    g->kv_hash = calloc(g->kv_cap, sizeof *g->kv_hash);
+    g->tensor_hash = calloc(g->tensor_cap, sizeof *g->tensor_hash);
+    if (!g->kv_hash || !g->tensor_hash) return dsp_error(DSP_ERR_NOMEM, "no memory for the GGUF indexes");
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        st = read_kv(&c, &g->kv[i], i);
+        if (st) return st;
+        if (!hash_insert(g->kv_hash, g->kv_cap, g->kv, sizeof *g->kv, i))
+            return dsp_error(DSP_ERR_FORMAT, "metadata key '%.*s' appears twice", (int)(g->kv[i].key.len > 200 ? 200 : g->kv[i].key.len),
+                             g->kv[i].key.ptr);
+        if (dsp_str_eq(g->kv[i].key, "general.alignment")) {
+            uint32_t a;
+            if (g->kv[i].type != DSP_GGUF_U32)
+                return dsp_error(DSP_ERR_FORMAT, "key 'general.alignment' has type %s (must be u32)", dsp_gguf_type_name(g->kv[i].type));
+            a = (uint32_t)rd_le(g->kv[i].data, 4);
+            if (a == 0 || (a & (a - 1)))
+                return dsp_error(DSP_ERR_FORMAT, "key 'general.alignment' is %u (must be a non-zero power of two)", a);
+            g->alignment = a;
+        }
+    }
+
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        dsp_gguf_tensor *t = &g->tensors[i];
+        st = read_tensor(&c, t, i);
+        if (st) return st;
+        if (!hash_insert(g->tensor_hash, g->tensor_cap, g->tensors, sizeof *g->tensors, i))
+            return dsp_error(DSP_ERR_FORMAT, "tensor name '%.*s' appears twice", (int)(t->name.len > 200 ? 200 : t->name.len), t->name.ptr);
+    }
+
+    /* data section: aligned end of the header; an empty data section may end the file early */
+    uint64_t off = c.pos, pad = (g->alignment - off % g->alignment) % g->alignment;
+    g->data_offset = off + pad;
+    uint64_t data_size = g->data_offset <= g->size ? g->size - g->data_offset : 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        dsp_gguf_tensor *t = &g->tensors[i];
+        char name[201];
+        size_t nl = t->name.len < 200 ? (size_t)t->name.len : 200;
+        memcpy(name, t->name.ptr, nl);
+        name[nl] = '\0';
+        if (t->offset % g->alignment)
+            return dsp_error(DSP_ERR_FORMAT, "tensor '%s': data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64, name, t->offset,
+                             g->alignment);
+        if (t->offset > data_size || t->nbytes > data_size - t->offset) {
+            char end[32], fsz[32];
+            format_mb(end, sizeof end, g->data_offset + t->offset + t->nbytes < g->data_offset + t->offset ? UINT64_MAX
+                                                                                                       : g->data_offset + t->offset + t->nbytes);
+            format_mb(fsz, sizeof fsz, g->size);
+            return dsp_error(DSP_ERR_FORMAT, "tensor '%s': data ends at %s, past end of file (%s)", name, end, fsz);
+        }
+        t->data = g->base + g->data_offset + t->offset;
+    }
+    return DSP_OK;
+}
+
+static dsp_status open_common(dsp_gguf *g, dsp_gguf **out) {
+    dsp_status st = parse(g);
+    if (st) {
+        dsp_gguf_destroy(g);
+        return st;
+    }
+    *out = g;
+    return DSP_OK;
+}
+
+dsp_status dsp_gguf_open_memory(const void *buf, size_t size, dsp_gguf **out) {
+    *out = NULL;
+    if (!buf && size) return dsp_error(DSP_ERR_INVALID_ARG, "dsp_gguf_open_memory: NULL buffer");
+    dsp_gguf *g = calloc(1, sizeof *g);
+    if (!g) return dsp_error(DSP_ERR_NOMEM, "no memory");
+    g->base = buf;
+    g->size = size;
+    return open_common(g, out);
+}
+
+dsp_status dsp_gguf_open(const char *path, dsp_gguf **out) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return dsp_error(DSP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return dsp_error(DSP_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return dsp_error(DSP_ERR_IO, "%s: not a regular file", path);
+    }
+    if (sb.st_size == 0) {
+        close(fd);
+        return dsp_error(DSP_ERR_FORMAT, "%s: empty file", path);
+    }
+    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED) return dsp_error(DSP_ERR_IO, "%s: cannot mmap: %s", path, strerror(e));
+    dsp_gguf *g = calloc(1, sizeof *g);
+    if (!g) {
+        munmap(map, (size_t)sb.st_size);
+        return dsp_error(DSP_ERR_NOMEM, "no memory");
+    }
+    g->map = map;
+    g->map_size = (size_t)sb.st_size;
+    g->base = map;
+    g->size = (uint64_t)sb.st_size;
+    dsp_status st = open_common(g, out);
+    if (st) dsp_error_prefix("%s", path);
+    return st;
+}
+
+void dsp_gguf_destroy(dsp_gguf *g) {
+    if (!g) return;
+    if (g->kv)
+        for (uint64_t i = 0; i < g->n_kv; i++) free(g->kv[i].elem_offs);
+    free(g->kv);
+    free(g->tensors);
+    free(g->tensor_hash);
+    free(g->kv_hash);
+    if (g->map) munmap(g->map, g->map_size);
+    free(g);
+}
+
+/* ---- accessors ---------------------------------------------------------------------------- */
+
+uint32_t dsp_gguf_version(const dsp_gguf *g) { return g->version; }
+uint64_t dsp_gguf_file_size(const dsp_gguf *g) { return g->size; }
+uint64_t dsp_gguf_alignment(const dsp_gguf *g) { return g->alignment; }
+uint64_t dsp_gguf_data_offset(const dsp_gguf *g) { return g->data_offset; }
+uint64_t dsp_gguf_n_kv(const dsp_gguf *g) { return g->n_kv; }
+uint64_t dsp_gguf_n_tensors(const dsp_gguf *g) { return g->n_tensors; }
+
+const dsp_gguf_kv *dsp_gguf_kv_at(const dsp_gguf *g, uint64_t i) { return i < g->n_kv ? &g->kv[i] : NULL; }
+const dsp_gguf_tensor *dsp_gguf_tensor_at(const dsp_gguf *g, uint64_t i) { return i < g->n_tensors ? &g->tensors[i] : NULL; }
+
+/* key and name are the first member of their structs, so the tables hold dsp_str pointers */
+const dsp_gguf_kv *dsp_gguf_find_kv(const dsp_gguf *g, const char *key) {
+    return hash_find(g->kv_hash, g->kv_cap, g->kv, sizeof *g->kv, key);
+}
+
+const dsp_gguf_tensor *dsp_gguf_find_tensor(const dsp_gguf *g, const char *name) {
+    return hash_find(g->tensor_hash, g->tensor_cap, g->tensors, sizeof *g->tensors, name);
+}
+
+static bool is_int_type(dsp_gguf_type t) {
+    return t == DSP_GGUF_U8 || t == DSP_GGUF_I8 || t == DSP_GGUF_U16 || t == DSP_GGUF_I16 || t == DSP_GGUF_U32 ||
+           t == DSP_GGUF_I32 || t == DSP_GGUF_U64 || t == DSP_GGUF_I64;
+}
+static bool is_signed(dsp_gguf_type t) {
+    return t == DSP_GGUF_I8 || t == DSP_GGUF_I16 || t == DSP_GGUF_I32 || t == DSP_GGUF_I64;
+}
+
+/* integer value of an int/bool element at p; *neg set if negative */
+static uint64_t int_at(const uint8_t *p, dsp_gguf_type t, bool *neg) {
+    uint64_t sz = type_size(t), v = rd_le(p, (int)sz);
+    *neg = false;
+    if (is_signed(t) && sz < 8 && (v >> (sz * 8 - 1)) & 1) {
+        *neg = true;
+        return v | (~0ull << (sz * 8)); /* sign-extended two's complement */
+    }
+    if (is_signed(t) && sz == 8 && (v >> 63)) *neg = true;
+    return v;
+}
+
+static double float_at(const uint8_t *p, dsp_gguf_type t) {
+    if (t == DSP_GGUF_F32) {
+        uint32_t b = (uint32_t)rd_le(p, 4);
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    if (t == DSP_GGUF_F64) {
+        uint64_t b = rd_le(p, 8);
+        double d;
+        memcpy(&d, &b, 8);
+        return d;
+    }
+    bool neg;
+    uint64_t v = int_at(p, t, &neg);
+    return neg ? (double)(int64_t)v : (double)v;
+}
+
+static dsp_status get_scalar(const dsp_gguf *g, const char *key, const dsp_gguf_kv **kv) {
+    *kv = dsp_gguf_find_kv(g, key);
+    if (!*kv) return DSP_ERR_NOT_FOUND;
+    if ((*kv)->type == DSP_GGUF_ARRAY) return dsp_error(DSP_ERR_FORMAT, "key '%s' is an array, expected a scalar", key);
+    return DSP_OK;
+}
+
+static dsp_status get_int(const dsp_gguf *g, const char *key, int64_t lo, uint64_t hi, uint64_t *out, bool *neg) {
+    const dsp_gguf_kv *kv;
+    dsp_status st = get_scalar(g, key, &kv);
+    if (st) return st;
+    if (!is_int_type(kv->type) && kv->type != DSP_GGUF_BOOL)
+        return dsp_error(DSP_ERR_FORMAT, "key '%s' has type %s, expected an integer", key, dsp_gguf_type_name(kv->type));
+    uint64_t v = int_at(kv->data, kv->type, neg);
+    if (*neg ? (int64_t)v < lo : v > hi)
+        return dsp_error(DSP_ERR_FORMAT, "key '%s': value %s%" PRIu64 " out of range", key, *neg ? "-" : "", *neg ? -v : v);
+    *out = v;
+    return DSP_OK;
+}
+
+dsp_status dsp_gguf_get_u32(const dsp_gguf *g, const char *key, uint32_t *out) {
+    uint64_t v;
+    bool neg;
+    dsp_status st = get_int(g, key, 0, UINT32_MAX, &v, &neg);
+    if (!st) *out = (uint32_t)v;
+    return st;
+}
+dsp_status dsp_gguf_get_i32(const dsp_gguf *g, const char *key, int32_t *out) {
+    uint64_t v;
+    bool neg;
+    dsp_status st = get_int(g, key, INT32_MIN, INT32_MAX, &v, &neg);
+    if (!st) *out = (int32_t)(int64_t)v;
+    return st;
+}
+dsp_status dsp_gguf_get_u64(const dsp_gguf *g, const char *key, uint64_t *out) {
+    uint64_t v;
+    bool neg;
+    dsp_status st = get_int(g, key, 0, UINT64_MAX, &v, &neg);
+    if (!st) *out = v;
+    return st;
+}
+
+dsp_status dsp_gguf_get_f32(const dsp_gguf *g, const char *key, float *out) {
+    const dsp_gguf_kv *kv;
+    dsp_status st = get_scalar(g, key, &kv);
+    if (st) return st;
+    if (kv->type != DSP_GGUF_F32 && kv->type != DSP_GGUF_F64 && !is_int_type(kv->type))
+        return dsp_error(DSP_ERR_FORMAT, "key '%s' has type %s, expected a number", key, dsp_gguf_type_name(kv->type));
+    *out = (float)float_at(kv->data, kv->type);
+    return DSP_OK;
+}
+
+dsp_status dsp_gguf_get_bool(const dsp_gguf *g, const char *key, bool *out) {
+    const dsp_gguf_kv *kv;
+    dsp_status st = get_scalar(g, key, &kv);
+    if (st) return st;
+    if (kv->type != DSP_GGUF_BOOL) return dsp_error(DSP_ERR_FORMAT, "key '%s' has type %s, expected bool", key, dsp_gguf_type_name(kv->type));
+    *out = kv->data[0] != 0;
+    return DSP_OK;
+}
+
+dsp_status dsp_gguf_get_str(const dsp_gguf *g, const char *key, dsp_str *out) {
+    const dsp_gguf_kv *kv;
+    dsp_status st = get_scalar(g, key, &kv);
+    if (st) return st;
+    if (kv->type != DSP_GGUF_STRING)
+        return dsp_error(DSP_ERR_FORMAT, "key '%s' has type %s, expected string", key, dsp_gguf_type_name(kv->type));
+    out->len = rd_le(kv->data, 8);
+    out->ptr = (const char *)kv->data + 8;
+    return DSP_OK;
+}
+
+dsp_status dsp_gguf_get_arr(const dsp_gguf *g, const char *key, dsp_gguf_type elem_type, const dsp_gguf_kv **out) {
+    const dsp_gguf_kv *kv = dsp_gguf_find_kv(g, key);
+    if (!kv) return DSP_ERR_NOT_FOUND;
+    if (kv->type != DSP_GGUF_ARRAY) return dsp_error(DSP_ERR_FORMAT, "key '%s' has type %s, expected an array", key, dsp_gguf_type_name(kv->type));
+    bool ok = kv->arr_type == elem_type ||
+              (is_int_type(elem_type) && (is_int_type(kv->arr_type) || kv->arr_type == DSP_GGUF_BOOL)) ||
+              ((elem_type == DSP_GGUF_F32 || elem_type == DSP_GGUF_F64) && (kv->arr_type == DSP_GGUF_F32 || kv->arr_type == DSP_GGUF_F64));
+    if (!ok)
+        return dsp_error(DSP_ERR_FORMAT, "key '%s' is an array of %s, expected %s", key, dsp_gguf_type_name(kv->arr_type),
+                         dsp_gguf_type_name(elem_type));
+    *out = kv;
+    return DSP_OK;
+}
+
+dsp_str dsp_gguf_arr_str(const dsp_gguf_kv *kv, uint64_t i) {
+    DSP_ASSERT(kv->type == DSP_GGUF_ARRAY && kv->arr_type == DSP_GGUF_STRING && i < kv->arr_n);
+    const uint8_t *p = kv->data;
+    if (kv->elem_offs) {
+        p += kv->elem_offs[i];
+    } else { /* a nested array (dsp_gguf_arr_sub) keeps no offsets: walk; validated at open */
+        for (uint64_t j = 0; j < i; j++) p += 8 + rd_le(p, 8);
+    }
+    dsp_str s = {(const char *)p + 8, rd_le(p, 8)};
+    return s;
+}
+
+int64_t dsp_gguf_arr_int(const dsp_gguf_kv *kv, uint64_t i) {
+    DSP_ASSERT(kv->type == DSP_GGUF_ARRAY && i < kv->arr_n && (is_int_type(kv->arr_type) || kv->arr_type == DSP_GGUF_BOOL));
+    bool neg;
+    return (int64_t)int_at(kv->data + i * type_size(kv->arr_type), kv->arr_type, &neg);
+}
+
+double dsp_gguf_arr_float(const dsp_gguf_kv *kv, uint64_t i) {
+    DSP_ASSERT(kv->type == DSP_GGUF_ARRAY && i < kv->arr_n && type_size(kv->arr_type) > 0);
+    return float_at(kv->data + i * type_size(kv->arr_type), kv->arr_type);
+}
+
+dsp_gguf_kv dsp_gguf_arr_sub(const dsp_gguf_kv *kv, uint64_t i) {
+    DSP_ASSERT(kv->type == DSP_GGUF_ARRAY && kv->arr_type == DSP_GGUF_ARRAY && i < kv->arr_n);
+    /* validated at open; element offsets of a nested array are not stored: string elements are
+     * found by walking (dsp_gguf_arr_str), deeper nesting exposes only arr_type/arr_n/data */
+    const uint8_t *p = kv->data + kv->elem_offs[i];
+    dsp_gguf_kv sub;
+    memset(&sub, 0, sizeof sub);
+    sub.type = DSP_GGUF_ARRAY;
+    sub.arr_type = (dsp_gguf_type)rd_le(p, 4);
+    sub.arr_n = rd_le(p + 4, 8);
+    sub.data = p + 12;
+    return sub;
+}
+
+void dsp_gguf_kv_format(const dsp_gguf_kv *kv, char *buf, size_t size) {
+    if (!size) return;
+    switch (kv->type) {
+    case DSP_GGUF_STRING: {
+        uint64_t n = rd_le(kv->data, 8);
+        const char *s = (const char *)kv->data + 8;
+        size_t shown = n > 60 ? 60 : (size_t)n, o = 0;
+        o += (size_t)snprintf(buf, size, "\"");
+        for (size_t i = 0; i < shown && o + 5 < size; i++) {
+            unsigned char ch = (unsigned char)s[i];
+            if (ch == '\n') o += (size_t)snprintf(buf + o, size - o, "\\n");
+            else if (ch < 0x20 || ch == '"' || ch == '\\') o += (size_t)snprintf(buf + o, size - o, "\\x%02x", ch);
+            else buf[o++] = (char)ch, buf[o] = '\0';
+        }
+        if (o + 2 < size) snprintf(buf + o, size - o, n > shown ? "\"... (%" PRIu64 " bytes)" : "\"", n);
+        break;
+    }
+    case DSP_GGUF_ARRAY:
+        snprintf(buf, size, "[array of %" PRIu64 " %s]", kv->arr_n, dsp_gguf_type_name(kv->arr_type));
+        break;
+    case DSP_GGUF_BOOL: snprintf(buf, size, "%s", kv->data[0] ? "true" : "false"); break;
+    case DSP_GGUF_F32: case DSP_GGUF_F64: snprintf(buf, size, "%g", float_at(kv->data, kv->type)); break;
+    default: {
+        bool neg;
+        uint64_t v = int_at(kv->data, kv->type, &neg);
+        if (neg) snprintf(buf, size, "%" PRId64, (int64_t)v);
+        else snprintf(buf, size, "%" PRIu64, v);
+    }
+    }
+}

@@ -1,0 +1,115 @@
+/* model/model: dsp_model_load and info. See model.h. */
+#include "model/model.h"
+
+#include "core/log.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+dsp_model_params dsp_model_default_params(void) {
+    dsp_model_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+const char *dsp_tensor_type_name(uint32_t type_id) { return dsp_dtype_name(type_id); }
+
+static char *dup_str(dsp_str s) {
+    char *p = malloc(s.len + 1);
+    if (!p) return NULL;
+    memcpy(p, s.ptr, s.len);
+    p[s.len] = '\0';
+    return p;
+}
+
+/* string metadata as a NUL-terminated copy; "" if absent; NULL only on no memory / bad type */
+static dsp_status meta_str(const dsp_gguf *g, const char *key, char **out) {
+    dsp_str s = {"", 0};
+    dsp_status st = dsp_gguf_get_str(g, key, &s);
+    if (st && st != DSP_ERR_NOT_FOUND) return st;
+    *out = dup_str(s);
+    return *out ? DSP_OK : dsp_error(DSP_ERR_NOMEM, "no memory");
+}
+
+static uint32_t meta_u32(const dsp_gguf *g, const char *arch, const char *suffix) {
+    char key[256];
+    uint32_t v = 0;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (dsp_gguf_get_u32(g, key, &v) != DSP_OK) v = 0;
+    return v;
+}
+
+static dsp_status fill_info(dsp_model *m) {
+    dsp_model_info *in = &m->info;
+    const dsp_gguf *g = m->gguf;
+    dsp_status st;
+    if ((st = meta_str(g, "general.architecture", &m->arch)) || (st = meta_str(g, "general.name", &m->name)) ||
+        (st = meta_str(g, "tokenizer.ggml.model", &m->tok_model)) || (st = meta_str(g, "tokenizer.ggml.pre", &m->tok_pre)))
+        return st;
+    if (!m->arch[0]) return dsp_error(DSP_ERR_FORMAT, "metadata key 'general.architecture' is missing");
+    in->path = m->path;
+    in->gguf_version = dsp_gguf_version(g);
+    in->file_size = dsp_gguf_file_size(g);
+    in->arch = m->arch;
+    in->name = m->name;
+    in->tok_model = m->tok_model;
+    in->tok_pre = m->tok_pre;
+    in->n_layers = meta_u32(g, m->arch, "block_count");
+    in->n_embd = meta_u32(g, m->arch, "embedding_length");
+    in->n_ff = meta_u32(g, m->arch, "feed_forward_length");
+    in->n_head = meta_u32(g, m->arch, "attention.head_count");
+    in->n_head_kv = meta_u32(g, m->arch, "attention.head_count_kv");
+    in->n_ctx_train = meta_u32(g, m->arch, "context_length");
+    const dsp_gguf_kv *toks;
+    if (dsp_gguf_get_arr(g, "tokenizer.ggml.tokens", DSP_GGUF_STRING, &toks) == DSP_OK)
+        in->n_vocab = toks->arr_n > UINT32_MAX ? UINT32_MAX : (uint32_t)toks->arr_n;
+    in->has_chat_template = dsp_gguf_find_kv(g, "tokenizer.chat_template") != NULL;
+    in->n_tensors = dsp_gguf_n_tensors(g);
+    for (uint64_t i = 0; i < in->n_tensors; i++) {
+        const dsp_gguf_tensor *t = dsp_gguf_tensor_at(g, i);
+        in->n_params += t->n_elems;
+        if (t->type < 40) {
+            in->type_bytes[t->type] += t->nbytes;
+            in->type_count[t->type]++;
+        }
+    }
+    return DSP_OK;
+}
+
+dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_model **out) {
+    *out = NULL;
+    dsp_model_params defaults = dsp_model_default_params();
+    if (!params) params = &defaults;
+    dsp_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(path))) {
+        free(m);
+        return dsp_error(DSP_ERR_NOMEM, "no memory");
+    }
+    dsp_status st = dsp_gguf_open(path, &m->gguf);
+    if (!st) {
+        st = fill_info(m);
+        if (st) dsp_error_prefix("%s", path);
+    }
+    if (st) {
+        dsp_model_destroy(m);
+        return st;
+    }
+    if (params->progress) DSP_LOGI("loaded %s (%s, %" PRIu64 " tensors)", path, m->arch, m->info.n_tensors);
+    *out = m;
+    return DSP_OK;
+}
+
+void dsp_model_destroy(dsp_model *m) {
+    if (!m) return;
+    dsp_gguf_destroy(m->gguf);
+    free(m->path);
+    free(m->arch);
+    free(m->name);
+    free(m->tok_model);
+    free(m->tok_pre);
+    free(m);
+}
+
+void dsp_model_get_info(const dsp_model *m, dsp_model_info *info) { *info = m->info; }
