@@ -81,6 +81,100 @@ enum {
 
 const dsp_tokenizer *dsp_model_tokenizer(const dsp_model *m);
 
+/* ---- inference -------------------------------------------------------------------------- */
+
+typedef struct dsp_ctx dsp_ctx; /* forward pass, KV pool, threads, sampler scratch for one model */
+typedef struct dsp_seq dsp_seq; /* one sequence (a conversation): its tokens and their KV cache */
+
+typedef struct dsp_ctx_params {
+    int n_threads;          /* 0 = number of physical cores */
+    uint32_t n_ctx;         /* tokens per sequence; 0 = min(training context, 4096) */
+    uint32_t kv_tokens;     /* KV pool capacity over all sequences; 0 = n_ctx */
+    int max_batch_tokens;   /* tokens in one forward (prefill chunk size); 0 = 512 */
+} dsp_ctx_params;
+
+dsp_ctx_params dsp_ctx_default_params(void);
+dsp_status dsp_ctx_create(dsp_model *m, const dsp_ctx_params *p, dsp_ctx **out);
+void dsp_ctx_destroy(dsp_ctx *c);
+uint32_t dsp_ctx_n_ctx(const dsp_ctx *c);
+
+dsp_status dsp_seq_create(dsp_ctx *c, dsp_seq **out);
+void dsp_seq_destroy(dsp_seq *s);
+/* tokens whose KV is cached (a following dsp_generate reuses their common prefix) */
+size_t dsp_seq_n_cached(const dsp_seq *s);
+
+#define DSP_MAX_STOP 4          /* stop strings per request (OpenAI's limit) */
+#define DSP_MAX_LOGPROBS 20
+
+typedef struct dsp_logit_bias {
+    int32_t token;
+    float bias;             /* [-100, 100] */
+} dsp_logit_bias;
+
+typedef struct dsp_gen_params {
+    int32_t max_tokens;         /* tokens to generate at most (> 0) */
+    float temperature;          /* 0 = greedy */
+    float top_p;                /* (0, 1]; 1 = off */
+    int32_t top_k;              /* 0 = off */
+    float min_p;                /* [0, 1]; 0 = off */
+    float presence_penalty;     /* [-2, 2] (OpenAI) */
+    float frequency_penalty;    /* [-2, 2] (OpenAI) */
+    float repetition_penalty;   /* > 0; 1 = off (llama.cpp semantics) */
+    int32_t repetition_last_n;  /* window for the repetition penalty; -1 = all; default 64 */
+    const dsp_logit_bias *logit_bias;
+    uint32_t n_logit_bias;
+    uint64_t seed;              /* sampling RNG seed (same seed + inputs = same output) */
+    const char *stop[DSP_MAX_STOP]; /* stop strings (NULL-terminated list, at most 4) */
+    bool ignore_eos;            /* keep going past end-of-generation tokens */
+    int32_t logprobs;           /* -1: none; 0..20: chosen token + that many alternatives */
+} dsp_gen_params;
+
+dsp_gen_params dsp_gen_default_params(void);
+
+typedef enum dsp_finish {
+    DSP_FINISH_NONE = 0,
+    DSP_FINISH_STOP,       /* end-of-generation token or stop string */
+    DSP_FINISH_LENGTH,     /* max_tokens or the context limit */
+    DSP_FINISH_CANCELLED,  /* the callback asked to stop */
+} dsp_finish;
+const char *dsp_finish_to_string(dsp_finish f); /* "stop", "length", "cancelled" */
+
+typedef struct dsp_token_logprob {
+    int32_t token;
+    float logprob;
+} dsp_token_logprob;
+
+/* One generated token, as it is decided. text holds the newly emitted bytes: whole UTF-8
+ * characters only, with any possible start of a stop string held back until it is resolved, so a
+ * token may carry no text and a later one the text of several. */
+typedef struct dsp_token_event {
+    int32_t token;
+    const char *text;
+    size_t text_len;
+    dsp_token_logprob chosen;      /* valid when logprobs >= 0 */
+    int32_t n_top;
+    const dsp_token_logprob *top;  /* (n_top), most likely first */
+} dsp_token_event;
+
+/* return false to cancel the generation (finish = cancelled) */
+typedef bool (*dsp_token_cb)(const dsp_token_event *ev, void *user);
+
+typedef struct dsp_gen_result {
+    dsp_finish finish;
+    size_t n_prompt;        /* prompt tokens */
+    size_t n_cached;        /* of which reused from the sequence's cache */
+    size_t n_generated;     /* sampled tokens (an end-of-generation token counts) */
+    double prefill_ms, decode_ms;
+} dsp_gen_result;
+
+/* Generate a continuation of prompt (the sequence's whole token list, e.g. a rendered chat) on
+ * sequence s, reusing the KV of the longest common prefix with what s holds. Tokens are reported
+ * through cb as they are decided. On return s holds prompt + generated tokens. A prompt that does
+ * not fit the context is DSP_ERR_RANGE; invalid parameters are DSP_ERR_INVALID_ARG naming the
+ * field. */
+dsp_status dsp_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p,
+                        dsp_token_cb cb, void *user, dsp_gen_result *res);
+
 #ifdef __cplusplus
 }
 #endif

@@ -90,6 +90,11 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
     dsp_status st = dsp_gguf_open(path, &m->gguf);
     if (!st) {
         st = fill_info(m);
+        if (!st && !params->vocab_only) {
+            st = dsp_arch_load_hparams(m->gguf, &m->hp);
+            if (!st) st = dsp_arch_bind_weights(m->gguf, &m->hp, &m->w);
+            m->has_weights = st == DSP_OK;
+        }
         if (st) dsp_error_prefix("%s", path);
     }
     if (st) {
@@ -103,6 +108,7 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
 
 void dsp_model_destroy(dsp_model *m) {
     if (!m) return;
+    dsp_arch_free_weights(&m->w);
     dsp_gguf_destroy(m->gguf);
     free(m->path);
     free(m->arch);

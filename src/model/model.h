@@ -5,11 +5,15 @@
 
 #include "dspark.h"
 #include "io/gguf.h"
+#include "model/arch.h"
 
 struct dsp_model {
     char *path;
     dsp_gguf *gguf;
     dsp_model_info info; /* filled once at load */
+    bool has_weights;    /* false when loaded vocab-only */
+    dsp_hparams hp;      /* valid when has_weights */
+    dsp_weights w;
     char *arch, *name, *tok_model, *tok_pre; /* NUL-terminated copies for info */
 };
 

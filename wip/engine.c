@@ -1,0 +1,323 @@
+/* engine/engine: contexts, sequences and the generation loop (DESIGN.md §1).
+ *
+ * A generation is a series of rounds over the ragged-batch forward: prefill chunks first (logits
+ * only for the last prompt row), then one round per decided token(s). Per round: logits ->
+ * processors -> sampler -> stop/EOS checks -> emit -> KV commit. The speculative path (drafts
+ * verified in one round) plugs into the same loop: see decode_round.
+ *
+ * Memory: everything a generation needs is sized at dsp_ctx_create (logits rows, sampler
+ * scratch and distributions) or once per request (history, stop matcher); nothing is allocated
+ * inside a round. */
+#include "engine/engine.h"
+
+#include "core/log.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- context ------------------------------------------------------------------------------ */
+
+dsp_ctx_params dsp_ctx_default_params(void) {
+    dsp_ctx_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+static void *aligned_alloc16(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64)) return NULL;
+    return p;
+}
+
+dsp_status dsp_ctx_create(dsp_model *m, const dsp_ctx_params *p, dsp_ctx **out) {
+    *out = NULL;
+    dsp_ctx_params d = dsp_ctx_default_params();
+    if (!p) p = &d;
+    if (!m->tok) return dsp_error(DSP_ERR_UNSUPPORTED, "%s: the model has no tokenizer", m->path);
+    dsp_ctx *c = calloc(1, sizeof *c);
+    if (!c) return dsp_error(DSP_ERR_NOMEM, "no memory");
+    c->m = m;
+    dsp_fwd_params fp = dsp_fwd_default_params();
+    fp.n_threads = p->n_threads;
+    fp.n_ctx = p->n_ctx;
+    fp.kv_tokens = p->kv_tokens;
+    if (p->max_batch_tokens) fp.max_batch_tokens = p->max_batch_tokens;
+    dsp_status st = dsp_fwd_create(m, &fp, &c->fwd);
+    if (st) {
+        free(c);
+        return st;
+    }
+    c->n_vocab = dsp_fwd_n_vocab(c->fwd);
+    if ((size_t)c->n_vocab != dsp_tok_n_vocab(m->tok)) {
+        dsp_ctx_destroy(c);
+        return dsp_error(DSP_ERR_FORMAT, "%s: tokenizer has %zu tokens but the output layer has %d", m->path, dsp_tok_n_vocab(m->tok),
+                         c->n_vocab);
+    }
+    c->max_rows = DSP_ENGINE_MAX_ROWS;
+    size_t sbytes = dsp_sample_scratch_bytes(c->n_vocab), dbytes = dsp_sample_dist_bytes(c->n_vocab);
+    c->logits = malloc(sizeof(float) * (size_t)c->n_vocab * c->max_rows);
+    c->scratch_mem = aligned_alloc16(sbytes);
+    c->dist_mem = aligned_alloc16(dbytes);
+    if (!c->logits || !c->scratch_mem || !c->dist_mem) {
+        dsp_ctx_destroy(c);
+        return dsp_error(DSP_ERR_NOMEM, "no memory for the sampler (vocabulary %d)", c->n_vocab);
+    }
+    dsp_sample_scratch_init(&c->scratch, c->scratch_mem, sbytes, c->n_vocab);
+    dsp_sample_dist_init(&c->dist, c->dist_mem, dbytes, c->n_vocab);
+    *out = c;
+    return DSP_OK;
+}
+
+void dsp_ctx_destroy(dsp_ctx *c) {
+    if (!c) return;
+    dsp_fwd_destroy(c->fwd);
+    free(c->logits);
+    free(c->scratch_mem);
+    free(c->dist_mem);
+    free(c);
+}
+
+uint32_t dsp_ctx_n_ctx(const dsp_ctx *c) { return dsp_fwd_n_ctx(c->fwd); }
+
+/* ---- sequences ---------------------------------------------------------------------------- */
+
+dsp_status dsp_seq_create(dsp_ctx *c, dsp_seq **out) {
+    *out = NULL;
+    dsp_seq *s = calloc(1, sizeof *s);
+    if (!s) return dsp_error(DSP_ERR_NOMEM, "no memory");
+    s->c = c;
+    s->cap = dsp_fwd_n_ctx(c->fwd);
+    s->tokens = malloc(sizeof(int32_t) * s->cap);
+    dsp_status st = s->tokens ? dsp_fwd_seq_init(c->fwd, &s->kv) : dsp_error(DSP_ERR_NOMEM, "no memory");
+    if (st) {
+        free(s->tokens);
+        free(s);
+        return st;
+    }
+    *out = s;
+    return DSP_OK;
+}
+
+void dsp_seq_destroy(dsp_seq *s) {
+    if (!s) return;
+    dsp_kv_seq_free(dsp_fwd_kv(s->c->fwd), &s->kv);
+    free(s->tokens);
+    free(s);
+}
+
+size_t dsp_seq_n_cached(const dsp_seq *s) { return s->kv.n_tokens; }
+
+/* ---- parameters --------------------------------------------------------------------------- */
+
+dsp_gen_params dsp_gen_default_params(void) {
+    dsp_gen_params p;
+    memset(&p, 0, sizeof p);
+    p.max_tokens = 256;
+    p.temperature = 0.0f;
+    p.top_p = 1.0f;
+    p.repetition_penalty = 1.0f;
+    p.repetition_last_n = 64;
+    p.logprobs = -1;
+    return p;
+}
+
+const char *dsp_finish_to_string(dsp_finish f) {
+    switch (f) {
+    case DSP_FINISH_STOP: return "stop";
+    case DSP_FINISH_LENGTH: return "length";
+    case DSP_FINISH_CANCELLED: return "cancelled";
+    default: return "none";
+    }
+}
+
+dsp_status dsp_engine_sample_params(const dsp_ctx *c, const dsp_gen_params *p, dsp_sample_params *sp) {
+    if (p->max_tokens <= 0) return dsp_error(DSP_ERR_INVALID_ARG, "max_tokens must be positive (got %d)", p->max_tokens);
+    if (p->logprobs < -1 || p->logprobs > DSP_MAX_LOGPROBS)
+        return dsp_error(DSP_ERR_INVALID_ARG, "top_logprobs must be between 0 and %d (got %d)", DSP_MAX_LOGPROBS, p->logprobs);
+    *sp = dsp_sample_params_default();
+    sp->temperature = p->temperature;
+    sp->top_k = p->top_k;
+    sp->top_p = p->top_p;
+    sp->min_p = p->min_p;
+    sp->presence_penalty = p->presence_penalty;
+    sp->frequency_penalty = p->frequency_penalty;
+    sp->repetition_penalty = p->repetition_penalty;
+    sp->repetition_last_n = p->repetition_last_n;
+    _Static_assert(sizeof(dsp_logit_bias) == sizeof(dsp_sample_bias), "logit bias layouts must match");
+    sp->logit_bias = (const dsp_sample_bias *)p->logit_bias;
+    sp->n_logit_bias = p->n_logit_bias;
+    return dsp_sample_params_validate(sp, c->n_vocab);
+}
+
+/* ---- generation --------------------------------------------------------------------------- */
+
+/* Prefill prompt[from, n) into s's KV in chunks; the logits of the last row land in c->logits. */
+static dsp_status prefill(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t from, size_t n) {
+    int maxb = dsp_fwd_max_batch(c->fwd);
+    dsp_kv_seq *seqs[1] = {&s->kv};
+    while (from < n) {
+        int k = (int)(n - from < (size_t)maxb ? n - from : (size_t)maxb);
+        int32_t *pos = c->bpos, *seq = c->bseq;
+        for (int i = 0; i < k; i++) pos[i] = (int32_t)(from + (size_t)i), seq[i] = 0;
+        int32_t row = k - 1;
+        bool last = from + (size_t)k == n;
+        dsp_batch b = {k, prompt + from, seq, pos, last ? 1 : 0, &row, 0, NULL};
+        dsp_status st = dsp_fwd_run(c->fwd, seqs, 1, &b, c->logits, NULL);
+        if (st) return st;
+        from += (size_t)k;
+    }
+    return DSP_OK;
+}
+
+bool dsp_engine_is_eog(const dsp_model *m, int32_t tok) {
+    for (int i = 0; i < m->n_eog; i++)
+        if (m->eog[i] == tok) return true;
+    return false;
+}
+
+typedef struct gen {
+    dsp_ctx *c;
+    dsp_seq *s;
+    const dsp_gen_params *p;
+    dsp_token_cb cb;
+    void *user;
+    dsp_sample_params sp;
+    dsp_sample_history hist;
+    dsp_rng rng;
+    dsp_stop stop;
+    dsp_utf8_state utf8;
+    uint8_t text[DSP_ENGINE_MAX_PIECE * 3 + 8];
+    dsp_gen_result *res;
+} gen;
+
+/* Decide what one sampled token emits and whether generation ends there. */
+static dsp_finish emit_token(gen *g, int32_t tok, const float *raw_logits) {
+    const dsp_model *m = g->c->m;
+    dsp_token_event ev;
+    dsp_token_logprob top[DSP_MAX_LOGPROBS];
+    memset(&ev, 0, sizeof ev);
+    ev.token = tok;
+    if (g->p->logprobs >= 0) {
+        dsp_sample_logprob ch, tp[DSP_MAX_LOGPROBS];
+        int32_t n_out = 0;
+        if (dsp_sample_logprobs(raw_logits, g->c->n_vocab, NULL, DSP_SAMPLE_LOGPROBS_RAW, tok, g->p->logprobs, &ch, tp, &n_out) == DSP_OK) {
+            ev.chosen.token = ch.token;
+            ev.chosen.logprob = ch.logprob;
+            for (int i = 0; i < n_out; i++) top[i].token = tp[i].token, top[i].logprob = tp[i].logprob;
+            ev.n_top = n_out;
+            ev.top = top;
+        }
+    }
+    bool eog = !g->p->ignore_eos && dsp_engine_is_eog(m, tok);
+    size_t n_text = 0;
+    if (!eog && !dsp_tok_is_special(m->tok, tok)) {
+        size_t plen;
+        const char *piece = dsp_tok_piece(m->tok, tok, &plen);
+        if (plen > DSP_ENGINE_MAX_PIECE) plen = DSP_ENGINE_MAX_PIECE;
+        n_text = dsp_utf8_feed(&g->utf8, (const uint8_t *)piece, plen, g->text);
+    }
+    dsp_finish fin = DSP_FINISH_NONE;
+    if (eog) fin = DSP_FINISH_STOP;
+    else if (g->res->n_generated >= (size_t)g->p->max_tokens) fin = DSP_FINISH_LENGTH;
+    else if (g->s->kv.n_tokens + 1 >= dsp_fwd_n_ctx(g->c->fwd)) fin = DSP_FINISH_LENGTH;
+    if (fin != DSP_FINISH_NONE) n_text += dsp_utf8_finish(&g->utf8, g->text + n_text);
+    const char *out;
+    size_t n_out;
+    if (dsp_stop_feed(&g->stop, (const char *)g->text, n_text, &out, &n_out)) fin = DSP_FINISH_STOP;
+    ev.text = out;
+    ev.text_len = n_out;
+    if (fin != DSP_FINISH_NONE && !g->stop.hit) {
+        /* flush held-back text into this event: copy both parts into the text buffer */
+        const char *rest;
+        size_t n_rest;
+        dsp_stop_flush(&g->stop, &rest, &n_rest);
+        if (n_rest) {
+            static _Thread_local char joined[DSP_ENGINE_MAX_PIECE * 3 + 8 + 4096];
+            size_t a = n_out < sizeof joined ? n_out : sizeof joined;
+            memmove(joined, out, a);
+            size_t b = n_rest < sizeof joined - a ? n_rest : sizeof joined - a;
+            memcpy(joined + a, rest, b);
+            ev.text = joined;
+            ev.text_len = a + b;
+        }
+    }
+    if (g->cb && !g->cb(&ev, g->user) && fin == DSP_FINISH_NONE) fin = DSP_FINISH_CANCELLED;
+    return fin;
+}
+
+dsp_status dsp_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p, dsp_token_cb cb,
+                        void *user, dsp_gen_result *res) {
+    dsp_gen_result dummy;
+    if (!res) res = &dummy;
+    memset(res, 0, sizeof *res);
+    dsp_gen_params defaults = dsp_gen_default_params();
+    if (!p) p = &defaults;
+    gen g;
+    memset(&g, 0, sizeof g);
+    g.c = c, g.s = s, g.p = p, g.cb = cb, g.user = user, g.res = res;
+    dsp_status st = dsp_engine_sample_params(c, p, &g.sp);
+    if (st) return st;
+    uint32_t n_ctx = dsp_fwd_n_ctx(c->fwd);
+    if (n_prompt == 0) return dsp_error(DSP_ERR_INVALID_ARG, "the prompt is empty");
+    if (n_prompt >= n_ctx)
+        return dsp_error(DSP_ERR_RANGE, "the prompt is %zu tokens, which does not fit the context of %u tokens (room is needed for at least one new token)",
+                         n_prompt, n_ctx);
+    for (size_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= c->n_vocab)
+            return dsp_error(DSP_ERR_INVALID_ARG, "prompt token %zu: id %d out of range (vocabulary %d)", i, prompt[i], c->n_vocab);
+    int n_stop = 0;
+    while (n_stop < DSP_MAX_STOP && p->stop[n_stop]) n_stop++;
+    if ((st = dsp_stop_init(&g.stop, p->stop, n_stop))) return st;
+
+    /* reuse the common prefix of the cached tokens; at least one prompt token is recomputed so
+     * that its logits exist */
+    size_t cached = s->kv.n_tokens < s->n_tokens ? s->kv.n_tokens : s->n_tokens, lcp = 0;
+    while (lcp < cached && lcp < n_prompt && s->tokens[lcp] == prompt[lcp]) lcp++;
+    if (lcp == n_prompt) lcp--;
+    dsp_kv_seq_truncate(dsp_fwd_kv(c->fwd), &s->kv, (uint32_t)lcp);
+    memcpy(s->tokens, prompt, n_prompt * sizeof *prompt);
+    s->n_tokens = n_prompt;
+    res->n_prompt = n_prompt;
+    res->n_cached = lcp;
+
+    double t0 = now_ms();
+    st = prefill(c, s, prompt, lcp, n_prompt);
+    double t1 = now_ms();
+    res->prefill_ms = t1 - t0;
+    if (st) {
+        dsp_kv_seq_truncate(dsp_fwd_kv(c->fwd), &s->kv, 0);
+        s->n_tokens = 0;
+        dsp_stop_free(&g.stop);
+        return st;
+    }
+    dsp_sample_history_init(&g.hist, s->tokens, s->cap, (uint32_t)n_prompt);
+    dsp_rng_seed(&g.rng, p->seed);
+
+    dsp_finish fin = DSP_FINISH_NONE;
+    dsp_kv_seq *seqs[1] = {&s->kv};
+    while (fin == DSP_FINISH_NONE) {
+        int32_t tok;
+        st = dsp_sample_token(c->logits, &g.hist, &g.sp, &g.rng, &c->scratch, &c->dist, &tok);
+        if (st) break;
+        dsp_sample_history_push(&g.hist, tok);
+        s->n_tokens = g.hist.len;
+        res->n_generated++;
+        fin = emit_token(&g, tok, c->logits);
+        if (fin != DSP_FINISH_NONE) break;
+        int32_t pos = (int32_t)s->kv.n_tokens, seq = 0, row = 0;
+        dsp_batch b = {1, &tok, &seq, &pos, 1, &row, 0, NULL};
+        if ((st = dsp_fwd_run(c->fwd, seqs, 1, &b, c->logits, NULL))) break;
+    }
+    res->decode_ms = now_ms() - t1;
+    res->finish = fin;
+    dsp_stop_free(&g.stop);
+    return st;
+}
