@@ -1,4 +1,7 @@
-/* core/dtype: the block-layout table. Sizes follow the GGML definitions that GGUF files use. */
+/* core/dtype: the block-layout table. Sizes follow the GGML definitions that GGUF files use; they
+ * are checked against gguf-py's GGML_QUANT_SIZES by tests/py/test_dequant.py. One deliberate
+ * difference: Q8_1 is 36 bytes (ggml's block_q8_1 = f16 d, f16 s, 32 x i8), where gguf-py still
+ * lists 40 (an old f32 d, f32 s layout). can_dequant marks the types core/quant handles. */
 #include "core/dtype.h"
 
 #define T(id, nm, be, bb, dq) [id] = {nm, be, bb, dq}

@@ -1,40 +1,235 @@
-/* core/quant: TEMPORARY, see quant.h. */
+/* core/quant: scalar reference dequantization (see quant.h for the layouts and the bit-exactness
+ * contract). Each function handles whole blocks; the float expressions mirror gguf-py's numpy
+ * code operation by operation, so do not "simplify" them (e.g. (d * sc) * q is not d * (sc * q)). */
 #include "core/quant.h"
 
-static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+#include <string.h>
+
+/* Every layout must match the block sizes of the dtype table (and so the GGUF files). */
+_Static_assert(sizeof(dsp_block_q4_0) == 18, "q4_0 block size");
+_Static_assert(sizeof(dsp_block_q4_1) == 20, "q4_1 block size");
+_Static_assert(sizeof(dsp_block_q5_0) == 22, "q5_0 block size");
+_Static_assert(sizeof(dsp_block_q5_1) == 24, "q5_1 block size");
+_Static_assert(sizeof(dsp_block_q8_0) == 34, "q8_0 block size");
+_Static_assert(sizeof(dsp_block_q2_K) == 84, "q2_K block size");
+_Static_assert(sizeof(dsp_block_q3_K) == 110, "q3_K block size");
+_Static_assert(sizeof(dsp_block_q4_K) == 144, "q4_K block size");
+_Static_assert(sizeof(dsp_block_q5_K) == 176, "q5_K block size");
+_Static_assert(sizeof(dsp_block_q6_K) == 210, "q6_K block size");
+_Static_assert(sizeof(dsp_block_q8_K) == 292, "q8_K block size");
+
+static float f16(uint16_t h) { return dsp_f16_to_f32(h); }
+
+static void deq_f32(const uint8_t *src, float *y, uint64_t n) { memcpy(y, src, n * sizeof(float)); }
+
+static void deq_f16(const uint8_t *src, float *y, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        y[i] = dsp_f16_to_f32(h);
+    }
+}
+
+static void deq_bf16(const uint8_t *src, float *y, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        y[i] = dsp_bf16_to_f32(h);
+    }
+}
+
+static void deq_q4_0(const uint8_t *src, float *y, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, y += DSP_QK) {
+        dsp_block_q4_0 x;
+        memcpy(&x, src + b * sizeof x, sizeof x);
+        const float d = f16(x.d);
+        for (int j = 0; j < DSP_QK / 2; j++) {
+            y[j] = d * (float)((x.qs[j] & 0xF) - 8);
+            y[j + DSP_QK / 2] = d * (float)((x.qs[j] >> 4) - 8);
+        }
+    }
+}
+
+static void deq_q4_1(const uint8_t *src, float *y, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, y += DSP_QK) {
+        dsp_block_q4_1 x;
+        memcpy(&x, src + b * sizeof x, sizeof x);
+        const float d = f16(x.d), m = f16(x.m);
+        for (int j = 0; j < DSP_QK / 2; j++) {
+            y[j] = d * (float)(x.qs[j] & 0xF) + m;
+            y[j + DSP_QK / 2] = d * (float)(x.qs[j] >> 4) + m;
+        }
+    }
+}
+
+static uint32_t load_u32le(const uint8_t b[4]) {
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static void deq_q5_0(const uint8_t *src, float *y, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, y += DSP_QK) {
+        dsp_block_q5_0 x;
+        memcpy(&x, src + b * sizeof x, sizeof x);
+        const float d = f16(x.d);
+        const uint32_t qh = load_u32le(x.qh);
+        for (int j = 0; j < DSP_QK / 2; j++) {
+            int lo = (x.qs[j] & 0xF) | (int)((qh >> j) & 1) << 4;
+            int hi = (x.qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            y[j] = d * (float)(lo - 16);
+            y[j + DSP_QK / 2] = d * (float)(hi - 16);
+        }
+    }
+}
+
+static void deq_q5_1(const uint8_t *src, float *y, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, y += DSP_QK) {
+        dsp_block_q5_1 x;
+        memcpy(&x, src + b * sizeof x, sizeof x);
+        const float d = f16(x.d), m = f16(x.m);
+        const uint32_t qh = load_u32le(x.qh);
+        for (int j = 0; j < DSP_QK / 2; j++) {
+            int lo = (x.qs[j] & 0xF) | (int)((qh >> j) & 1) << 4;
+            int hi = (x.qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            y[j] = d * (float)lo + m;
+            y[j + DSP_QK / 2] = d * (float)hi + m;
+        }
+    }
+}
+
+static void deq_q8_0(const uint8_t *src, float *y, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, y += DSP_QK) {
+        dsp_block_q8_0 x;
+        memcpy(&x, src + b * sizeof x, sizeof x);
+        const float d = f16(x.d);
+        for (int j = 0; j < DSP_QK; j++) y[j] = (float)x.qs[j] * d;
+    }
+}
+
+static void deq_q2_K(const uint8_t *src, float *y, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, y += DSP_QK_K) {
+        dsp_block_q2_K x;
+        memcpy(&x, src + b * sizeof x, sizeof x);
+        const float d = f16(x.d), dmin = f16(x.dmin);
+        for (int i = 0; i < DSP_QK_K; i++) {
+            int h = i / 128, k = (i / 32) % 4, l = i % 32;
+            int q = (x.qs[32 * h + l] >> (2 * k)) & 3;
+            uint8_t s = x.scales[i / 16];
+            float dl = d * (float)(s & 0xF), ml = dmin * (float)(s >> 4);
+            y[i] = dl * (float)q - ml;
+        }
+    }
+}
+
+static void deq_q3_K(const uint8_t *src, float *y, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, y += DSP_QK_K) {
+        dsp_block_q3_K x;
+        memcpy(&x, src + b * sizeof x, sizeof x);
+        const float d = f16(x.d);
+        float dl[16];
+        for (int s = 0; s < 16; s++) {
+            int lo = s < 8 ? (x.scales[s] & 0xF) : (x.scales[s - 8] >> 4);
+            int hi = (x.scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+            dl[s] = d * (float)((lo | hi << 4) - 32);
+        }
+        for (int i = 0; i < DSP_QK_K; i++) {
+            int h = i / 128, k = (i / 32) % 4, l = i % 32;
+            int low2 = (x.qs[32 * h + l] >> (2 * k)) & 3;
+            int hbit = (x.hmask[l] >> (i / 32)) & 1;
+            int q = low2 - (hbit ? 0 : 4);
+            y[i] = dl[i / 16] * (float)q;
+        }
+    }
+}
+
+static void deq_q4_K(const uint8_t *src, float *y, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, y += DSP_QK_K) {
+        dsp_block_q4_K x;
+        memcpy(&x, src + b * sizeof x, sizeof x);
+        const float d = f16(x.d), dmin = f16(x.dmin);
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            dsp_quant_scale_min_k4(x.scales, j, &sc, &m);
+            const float dj = d * (float)sc, mj = dmin * (float)m;
+            const uint8_t *qs = x.qs + 32 * (j / 2);
+            const int shift = 4 * (j % 2);
+            for (int l = 0; l < 32; l++) y[32 * j + l] = dj * (float)((qs[l] >> shift) & 0xF) - mj;
+        }
+    }
+}
+
+static void deq_q5_K(const uint8_t *src, float *y, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, y += DSP_QK_K) {
+        dsp_block_q5_K x;
+        memcpy(&x, src + b * sizeof x, sizeof x);
+        const float d = f16(x.d), dmin = f16(x.dmin);
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            dsp_quant_scale_min_k4(x.scales, j, &sc, &m);
+            const float dj = d * (float)sc, mj = dmin * (float)m;
+            const uint8_t *qs = x.qs + 32 * (j / 2);
+            const int shift = 4 * (j % 2);
+            for (int l = 0; l < 32; l++) {
+                int q = ((qs[l] >> shift) & 0xF) | ((x.qh[l] >> j) & 1) << 4;
+                y[32 * j + l] = dj * (float)q - mj;
+            }
+        }
+    }
+}
+
+static void deq_q6_K(const uint8_t *src, float *y, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, y += DSP_QK_K) {
+        dsp_block_q6_K x;
+        memcpy(&x, src + b * sizeof x, sizeof x);
+        const float d = f16(x.d);
+        for (int i = 0; i < DSP_QK_K; i++) {
+            int h = i / 128, r = i % 128;
+            int lo = (x.ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;
+            int hi = (x.qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+            float ds = d * (float)x.scales[i / 16];
+            y[i] = ds * (float)((lo | hi << 4) - 32);
+        }
+    }
+}
+
+static void deq_q8_K(const uint8_t *src, float *y, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, y += DSP_QK_K) {
+        dsp_block_q8_K x;
+        memcpy(&x, src + b * sizeof x, sizeof x);
+        for (int i = 0; i < DSP_QK_K; i++) y[i] = x.d * (float)x.qs[i];
+    }
+}
 
 dsp_status dsp_dequantize_row(uint32_t type, const void *src, float *dst, uint64_t n) {
-    const uint8_t *b = src;
-    const dsp_dtype_traits *tr = dsp_dtype_get(type);
-    if (!tr || n % tr->block_elems) return dsp_error(DSP_ERR_INVALID_ARG, "dequantize: bad type/length");
-    switch (type) {
-    case DSP_F32: memcpy(dst, src, n * 4); return DSP_OK;
-    case DSP_F16: for (uint64_t i = 0; i < n; i++) dst[i] = dsp_f16_to_f32(rd16(b + 2 * i)); return DSP_OK;
-    case DSP_BF16: for (uint64_t i = 0; i < n; i++) dst[i] = dsp_bf16_to_f32(rd16(b + 2 * i)); return DSP_OK;
-    case DSP_Q8_0:
-        for (uint64_t i = 0; i < n / 32; i++, b += 34) {
-            float d = dsp_f16_to_f32(rd16(b));
-            for (int j = 0; j < 32; j++) dst[i * 32 + j] = (float)(int8_t)b[2 + j] * d;
-        }
-        return DSP_OK;
-    case DSP_Q4_0:
-        for (uint64_t i = 0; i < n / 32; i++, b += 18) {
-            float d = dsp_f16_to_f32(rd16(b));
-            for (int j = 0; j < 16; j++) {
-                dst[i * 32 + j] = d * (float)((b[2 + j] & 15) - 8);
-                dst[i * 32 + j + 16] = d * (float)((b[2 + j] >> 4) - 8);
-            }
-        }
-        return DSP_OK;
-    case DSP_Q4_1:
-        for (uint64_t i = 0; i < n / 32; i++, b += 20) {
-            float d = dsp_f16_to_f32(rd16(b)), m = dsp_f16_to_f32(rd16(b + 2));
-            for (int j = 0; j < 16; j++) {
-                dst[i * 32 + j] = d * (float)(b[4 + j] & 15) + m;
-                dst[i * 32 + j + 16] = d * (float)(b[4 + j] >> 4) + m;
-            }
-        }
-        return DSP_OK;
+    const dsp_dtype_traits *t = dsp_dtype_get(type);
+    if (!t) return dsp_error(DSP_ERR_UNSUPPORTED, "dequantize: unknown tensor type id %u", type);
+    if (!t->can_dequant)
+        return dsp_error(DSP_ERR_UNSUPPORTED, "dequantize: no reference dequantization for %s",
+                         t->name);
+    if (n % t->block_elems)
+        return dsp_error(DSP_ERR_INVALID_ARG,
+                         "dequantize %s: %llu elements is not a multiple of the block size %u",
+                         t->name, (unsigned long long)n, t->block_elems);
+    const uint8_t *s = src;
+    const uint64_t nb = n / t->block_elems;
+    switch ((dsp_dtype)type) {
+    case DSP_F32: deq_f32(s, dst, n); break;
+    case DSP_F16: deq_f16(s, dst, n); break;
+    case DSP_BF16: deq_bf16(s, dst, n); break;
+    case DSP_Q4_0: deq_q4_0(s, dst, nb); break;
+    case DSP_Q4_1: deq_q4_1(s, dst, nb); break;
+    case DSP_Q5_0: deq_q5_0(s, dst, nb); break;
+    case DSP_Q5_1: deq_q5_1(s, dst, nb); break;
+    case DSP_Q8_0: deq_q8_0(s, dst, nb); break;
+    case DSP_Q2_K: deq_q2_K(s, dst, nb); break;
+    case DSP_Q3_K: deq_q3_K(s, dst, nb); break;
+    case DSP_Q4_K: deq_q4_K(s, dst, nb); break;
+    case DSP_Q5_K: deq_q5_K(s, dst, nb); break;
+    case DSP_Q6_K: deq_q6_K(s, dst, nb); break;
+    case DSP_Q8_K: deq_q8_K(s, dst, nb); break;
+    default:
+        /* can_dequant is set in the dtype table for exactly the cases above */
+        return dsp_error(DSP_ERR_INTERNAL, "dequantize: %s marked can_dequant but not handled",
+                         t->name);
     }
-    return dsp_error(DSP_ERR_UNSUPPORTED, "dequantize: type %s not supported yet", tr->name);
+    return DSP_OK;
 }

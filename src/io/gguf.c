@@ -294,10 +294,46 @@ static dsp_status read_tensor(cursor *c, dsp_gguf_tensor *t, uint64_t idx) {
     if (t->ne[0] % tr->block_elems)
         return dsp_error(DSP_ERR_FORMAT, "tensor '%s': row length %" PRIu64 " is not a multiple of the %s block size %u", name, t->ne[0],
                          tr->name, tr->block_elems);
-    uint64_t rows = n / t->ne[0], row_bytes = t->ne[0] / tr->block_elems * tr->block_bytes;
-    if (rows && row_bytes > UINT64_MAX / rows) return dsp_error(DSP_ERR_FORMAT, "tensor '%s': byte size overflows", name);
+    uint64_t rows = n / t->ne[0], row_blocks = t->ne[0] / tr->block_elems;
+    /* ne[0] alone may be up to 2^63: the row's byte size can overflow before the row count does */
+    if (row_blocks > UINT64_MAX / tr->block_bytes || row_blocks * tr->block_bytes > UINT64_MAX / rows)
+        return dsp_error(DSP_ERR_FORMAT, "tensor '%s': byte size overflows", name);
+    uint64_t row_bytes = row_blocks * tr->block_bytes;
     t->nbytes = rows * row_bytes;
     return DSP_OK;
+}
+
+typedef struct {
+    uint64_t begin, end, idx;
+} extent;
+
+static int extent_cmp(const void *a, const void *b) {
+    const extent *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* Tensors must not share bytes: every writer lays them out one after the other, and a file whose
+ * tensors alias each other is corrupt (or crafted), not a model. Bounds are already checked. */
+static dsp_status check_overlap(const dsp_gguf *g) {
+    if (g->n_tensors < 2) return DSP_OK;
+    extent *ex = malloc(g->n_tensors * sizeof *ex);
+    if (!ex) return dsp_error(DSP_ERR_NOMEM, "no memory to check %" PRIu64 " tensor extents", g->n_tensors);
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        ex[i] = (extent){g->tensors[i].offset, g->tensors[i].offset + g->tensors[i].nbytes, i};
+    qsort(ex, g->n_tensors, sizeof *ex, extent_cmp);
+    dsp_status st = DSP_OK;
+    uint64_t far = 0; /* the extent reaching furthest so far */
+    for (uint64_t i = 1; i < g->n_tensors && !st; i++) {
+        if (ex[i - 1].end > ex[far].end) far = i - 1;
+        if (ex[i].begin < ex[far].end) {
+            const dsp_gguf_tensor *a = &g->tensors[ex[far].idx], *b = &g->tensors[ex[i].idx];
+            st = dsp_error(DSP_ERR_FORMAT, "tensor '%.*s': data at offset %" PRIu64 " overlaps tensor '%.*s' (offsets %" PRIu64 "..%" PRIu64 ")",
+                           (int)(b->name.len > 200 ? 200 : b->name.len), b->name.ptr, b->offset,
+                           (int)(a->name.len > 200 ? 200 : a->name.len), a->name.ptr, a->offset, a->offset + a->nbytes);
+        }
+    }
+    free(ex);
+    return st;
 }
 
 static dsp_status parse(dsp_gguf *g) {
@@ -375,14 +411,16 @@ static dsp_status parse(dsp_gguf *g) {
                              g->alignment);
         if (t->offset > data_size || t->nbytes > data_size - t->offset) {
             char end[32], fsz[32];
-            format_mb(end, sizeof end, g->data_offset + t->offset + t->nbytes < g->data_offset + t->offset ? UINT64_MAX
-                                                                                                       : g->data_offset + t->offset + t->nbytes);
+            /* saturate: offset and nbytes are untrusted and their sum may wrap */
+            uint64_t e = t->offset > UINT64_MAX - g->data_offset ? UINT64_MAX : g->data_offset + t->offset;
+            e = t->nbytes > UINT64_MAX - e ? UINT64_MAX : e + t->nbytes;
+            format_mb(end, sizeof end, e);
             format_mb(fsz, sizeof fsz, g->size);
             return dsp_error(DSP_ERR_FORMAT, "tensor '%s': data ends at %s, past end of file (%s)", name, end, fsz);
         }
         t->data = g->base + g->data_offset + t->offset;
     }
-    return DSP_OK;
+    return check_overlap(g);
 }
 
 static dsp_status open_common(dsp_gguf *g, dsp_gguf **out) {
@@ -598,14 +636,30 @@ dsp_status dsp_gguf_get_arr(const dsp_gguf *g, const char *key, dsp_gguf_type el
     return DSP_OK;
 }
 
+/* Bytes that a value of type t at p occupies. Only for values validated at open. */
+static uint64_t value_bytes(const uint8_t *p, uint32_t t) {
+    uint64_t sz = type_size(t);
+    if (sz) return sz;
+    if (t == DSP_GGUF_STRING) return 8 + rd_le(p, 8);
+    uint32_t et = (uint32_t)rd_le(p, 4); /* ARRAY: u32 type, u64 count, elements */
+    uint64_t n = rd_le(p + 4, 8), esz = type_size(et), off = 12;
+    if (esz) return off + n * esz;
+    for (uint64_t i = 0; i < n; i++) off += value_bytes(p + off, et);
+    return off;
+}
+
+/* Start of element i of a STRING or ARRAY array. A nested array (from dsp_gguf_arr_sub) keeps no
+ * offsets: walk it (validated at open, nesting bounded by GGUF_MAX_NESTING). */
+static const uint8_t *arr_elem(const dsp_gguf_kv *kv, uint64_t i) {
+    if (kv->elem_offs) return kv->data + kv->elem_offs[i];
+    const uint8_t *p = kv->data;
+    for (uint64_t j = 0; j < i; j++) p += value_bytes(p, kv->arr_type);
+    return p;
+}
+
 dsp_str dsp_gguf_arr_str(const dsp_gguf_kv *kv, uint64_t i) {
     DSP_ASSERT(kv->type == DSP_GGUF_ARRAY && kv->arr_type == DSP_GGUF_STRING && i < kv->arr_n);
-    const uint8_t *p = kv->data;
-    if (kv->elem_offs) {
-        p += kv->elem_offs[i];
-    } else { /* a nested array (dsp_gguf_arr_sub) keeps no offsets: walk; validated at open */
-        for (uint64_t j = 0; j < i; j++) p += 8 + rd_le(p, 8);
-    }
+    const uint8_t *p = arr_elem(kv, i);
     dsp_str s = {(const char *)p + 8, rd_le(p, 8)};
     return s;
 }
@@ -623,9 +677,8 @@ double dsp_gguf_arr_float(const dsp_gguf_kv *kv, uint64_t i) {
 
 dsp_gguf_kv dsp_gguf_arr_sub(const dsp_gguf_kv *kv, uint64_t i) {
     DSP_ASSERT(kv->type == DSP_GGUF_ARRAY && kv->arr_type == DSP_GGUF_ARRAY && i < kv->arr_n);
-    /* validated at open; element offsets of a nested array are not stored: string elements are
-     * found by walking (dsp_gguf_arr_str), deeper nesting exposes only arr_type/arr_n/data */
-    const uint8_t *p = kv->data + kv->elem_offs[i];
+    /* validated at open; a nested array's element offsets are not stored, so arr_elem walks */
+    const uint8_t *p = arr_elem(kv, i);
     dsp_gguf_kv sub;
     memset(&sub, 0, sizeof sub);
     sub.type = DSP_GGUF_ARRAY;
