@@ -425,7 +425,7 @@ dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out) {
     }
 
     /* merges: from the file, or (SPM) derived on the fly from the scores -- see tok_bpe.c */
-    t->has_merges = p->merges && p->n_merges > 0;
+    t->has_merges = p->kind == DSP_TOK_BPE || (p->merges && p->n_merges > 0); /* byte-level: even an empty list */
     if (t->has_merges) {
         if (p->n_merges > UINT32_MAX / 4) { st = dsp_error(DSP_ERR_FORMAT, "tokenizer: %zu merges", p->n_merges); free(spelled); goto fail; }
         t->pm_mask = pow2_at_least(2 * p->n_merges) - 1;
@@ -442,7 +442,7 @@ dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out) {
         for (size_t i = 0; i <= t->pm_mask; i++) t->pm_new[i] = -1;
         size_t skipped = 0;
         for (size_t i = 0; i < p->n_merges; i++) {
-            const char *m = p->merges[i] ? p->merges[i] : "";
+            const char *m = p->merges && p->merges[i] ? p->merges[i] : "";
             size_t ml = p->merge_lens ? p->merge_lens[i] : strlen(m);
             const char *sp = memchr(m, ' ', ml);
             if (!sp || ml > 2 * MAX_TOKEN_BYTES || memchr(sp + 1, ' ', ml - (size_t)(sp - m) - 1)) {
@@ -493,10 +493,6 @@ dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out) {
             }
             free(ord);
         }
-    } else {
-        free(spelled);
-        st = dsp_error(DSP_ERR_FORMAT, "tokenizer: a byte-level BPE vocabulary needs tokenizer.ggml.merges");
-        goto fail;
     }
 
     /* added tokens: CONTROL (special) and USER_DEFINED (always matched), plus the bos/eos/unk/pad
