@@ -276,6 +276,22 @@ static int cmp_scored(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+uint32_t dsp_utf8_decode_at(const uint8_t *s, size_t n) {
+    if (n == 0) return 0xFFFFFFFF;
+    uint8_t c = s[0];
+    if (c < 0x80) return c;
+    size_t l = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    if (l > n) return 0xFFFFFFFF;
+    uint32_t cp = c & (0x7F >> l);
+    for (size_t i = 1; i < l; i++) cp = (cp << 6) | (s[i] & 0x3F);
+    return cp;
+}
+
 static bool starts_with(const char *s, const char *p) { return s && !strncmp(s, p, strlen(p)); }
 
 /* <0xXX> (exactly six characters, as HF's ByteFallback decoder reads it) -> the byte, else -1 */
@@ -495,6 +511,33 @@ dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out) {
         }
     }
 
+    if (t->kind == DSP_TOK_SPM) { /* characters that a token joins to a following U+2581 */
+        size_t cap = 0;
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *k = (const uint8_t *)t->blob + t->key_off[i];
+            size_t kl = t->key_len[i];
+            for (size_t j = 1; j + 3 <= kl; j++) {
+                if (memcmp(k + j, "\xE2\x96\x81", 3)) continue;
+                size_t b = j - 1;
+                while (b > 0 && (k[b] & 0xC0) == 0x80) b--;
+                uint32_t cp = dsp_utf8_decode_at(k + b, j - b);
+                if (cp == 0x2581) continue;
+                if (t->n_cross == cap) {
+                    cap = cap ? 2 * cap : 16;
+                    uint32_t *v = realloc(t->cross_cp, cap * sizeof *v);
+                    if (!v) { free(spelled); st = dsp_error(DSP_ERR_NOMEM, "tokenizer: out of memory"); goto fail; }
+                    t->cross_cp = v;
+                }
+                t->cross_cp[t->n_cross++] = cp;
+            }
+        }
+        qsort(t->cross_cp, t->n_cross, sizeof *t->cross_cp, cmp_u32);
+        size_t u = 0;
+        for (size_t i = 0; i < t->n_cross; i++)
+            if (!u || t->cross_cp[u - 1] != t->cross_cp[i]) t->cross_cp[u++] = t->cross_cp[i];
+        t->n_cross = u;
+    }
+
     /* added tokens: CONTROL (special) and USER_DEFINED (always matched), plus the bos/eos/unk/pad
      * tokens that HF adds as special tokens. These are the added_tokens of the model's own
      * tokenizer.json (e.g. GPT-NeoX's runs of spaces), whatever their spelling; transformers' GGUF
@@ -564,6 +607,7 @@ void dsp_tok_destroy(dsp_tok *t) {
     free(t->pm_rank);
     free(t->pm_new);
     free(t->score_rank);
+    free(t->cross_cp);
     free(t->tr_key);
     free(t->tr_child);
     free(t->tr_term);

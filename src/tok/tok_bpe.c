@@ -168,6 +168,17 @@ static dsp_status bpe_word(const dsp_tok *t, dsp_tok_scratch *sc, const char *w,
     return DSP_OK;
 }
 
+static bool in_sorted(const uint32_t *v, size_t n, uint32_t x) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t m = (lo + hi) / 2;
+        if (v[m] == x) return true;
+        if (v[m] < x) lo = m + 1;
+        else hi = m;
+    }
+    return false;
+}
+
 dsp_status dsp_tok_encode_segment(const dsp_tok *t, dsp_tok_scratch *sc, const char *text, size_t len, dsp_tok_ids *out) {
     dsp_status st;
     if (t->kind == DSP_TOK_BPE) {
@@ -190,5 +201,17 @@ dsp_status dsp_tok_encode_segment(const dsp_tok *t, dsp_tok_scratch *sc, const c
         if (text[i] == ' ') memcpy(sc->norm + o, "\xE2\x96\x81", 3), o += 3;
         else sc->norm[o++] = text[i];
     }
-    return bpe_word(t, sc, sc->norm, o, out);
+    /* cut before each U+2581 that follows a character no token joins to a U+2581 */
+    const uint8_t *w = (const uint8_t *)sc->norm;
+    size_t start = 0;
+    for (size_t i = 1; i + 3 <= o; i++) {
+        if (w[i] != 0xE2 || w[i + 1] != 0x96 || w[i + 2] != 0x81) continue;
+        size_t b = i - 1;
+        while (b > start && (w[b] & 0xC0) == 0x80) b--;
+        uint32_t cp = dsp_utf8_decode_at(w + b, i - b);
+        if (cp == 0x2581 || in_sorted(t->cross_cp, t->n_cross, cp)) continue;
+        if ((st = bpe_word(t, sc, sc->norm + start, i - start, out))) return st;
+        start = i;
+    }
+    return bpe_word(t, sc, sc->norm + start, o - start, out);
 }

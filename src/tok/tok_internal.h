@@ -34,6 +34,11 @@ struct dsp_tokenizer {
     int32_t *pm_new;                       /* (pm_mask+1) merged id, -1 = empty */
     size_t pm_mask;
     uint32_t *score_rank;                  /* (n) SPM without merges: dense rank, best score first */
+    /* SPM: code points X such that some token contains X followed by U+2581 (X itself not U+2581),
+     * sorted. Between any other character and a U+2581 no merge can ever happen, so the text is
+     * cut there into independent BPE words (same result, small heaps). Gemma 3 has one: '>'. */
+    uint32_t *cross_cp;
+    size_t n_cross;
 
     int32_t byte_tok[256];                 /* BPE: token of a single byte; SPM: <0xXX>; -1 if absent */
 
@@ -72,6 +77,8 @@ typedef struct dsp_tok_scratch {
 } dsp_tok_scratch;
 void dsp_tok_scratch_free(dsp_tok_scratch *sc);
 
+/* The code point of the UTF-8 character at s (n bytes available); 0xFFFFFFFF if truncated. */
+uint32_t dsp_utf8_decode_at(const uint8_t *s, size_t n);
 int32_t dsp_tok_vocab_lookup(const dsp_tok *t, const char *s, size_t n);
 bool dsp_tok_pair_lookup(const dsp_tok *t, int32_t a, int32_t b, uint32_t *rank, int32_t *merged);
 /* Encode one stretch of text that contains no added token. */
