@@ -531,7 +531,7 @@ dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out) {
                 t->cross_cp[t->n_cross++] = cp;
             }
         }
-        qsort(t->cross_cp, t->n_cross, sizeof *t->cross_cp, cmp_u32);
+        if (t->n_cross) qsort(t->cross_cp, t->n_cross, sizeof *t->cross_cp, cmp_u32);
         size_t u = 0;
         for (size_t i = 0; i < t->n_cross; i++)
             if (!u || t->cross_cp[u - 1] != t->cross_cp[i]) t->cross_cp[u++] = t->cross_cp[i];

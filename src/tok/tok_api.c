@@ -14,7 +14,7 @@ dsp_status dsp_tokenize(const dsp_tokenizer *t, const char *text, size_t len, in
     dsp_status st = dsp_tok_encode(t, text, len, flags, &v);
     if (st == DSP_OK) {
         *n_out = v.n;
-        memcpy(ids, v.v, (v.n < cap ? v.n : cap) * sizeof *ids);
+        if (cap && v.n) memcpy(ids, v.v, (v.n < cap ? v.n : cap) * sizeof *ids);
         if (v.n > cap) st = dsp_error(DSP_ERR_RANGE, "dsp_tokenize: %zu ids do not fit in %zu", v.n, cap);
     }
     dsp_tok_ids_free(&v);
