@@ -21,7 +21,7 @@ typedef struct cli_tok {
 
 static int open_tokenizer(const char *cmd, const char *path, cli_tok *ct) {
     memset(ct, 0, sizeof *ct);
-    if (dsp_gguf_open(path, &ct->g)) return dsp_cli_fail(cmd, "%s: %s", path, dsp_last_error());
+    if (dsp_gguf_open(path, &ct->g)) return dsp_cli_fail(cmd, "%s", dsp_last_error()); /* names the path */
     if (dsp_tok_create_from_gguf(ct->g, &ct->t)) {
         int rc = dsp_cli_fail(cmd, "%s: %s", path, dsp_last_error());
         dsp_gguf_destroy(ct->g);

@@ -18,6 +18,21 @@
  * UTF-8 with invalid byte sequences replaced the same way; the streaming decoder holds back an
  * incomplete character, so the concatenation of its output equals the whole decode.
  *
+ * Which Hugging Face? The model's own tokenizer.json, as llama.cpp's per-pre-type tables also
+ * describe it and as the public test vectors (tests/test_tok_vectors.c) check. transformers'
+ * GGUF loader (the oracle of tests/fixtures/tok) rebuilds that tokenizer from the metadata and
+ * agrees except in three places, where we follow tokenizer.json:
+ *  - pre = smollm/starcoder/refact/command-r/...: digits are split one by one before the GPT-2
+ *    regex; the loader knows no such pre-type and uses the GPT-2 regex alone (SmolLM2: 92 of 2420
+ *    corpus strings differ, e.g. "  7" and " ½"; the fixtures record both, see gen_tok_fixtures.py);
+ *  - byte-level USER_DEFINED/CONTROL tokens not written in the byte alphabet (GPT-NeoX's runs of
+ *    spaces) are added tokens; the loader drops them;
+ *  - SPM with a space prefix (non-Gemma): U+2581 is prepended to every text segment, also one that
+ *    starts with a space (Llama 2 / Phi-3 tokenizer.json: Prepend normalizer); the loader's
+ *    Metaspace(prepend_scheme=first) would not prepend before a leading space.
+ * Decoding differs from HF only on invalid UTF-8 made of byte-fallback tokens: HF's ByteFallback
+ * gives one U+FFFD per byte of the bad run, we give one per maximal invalid subsequence.
+ *
  * A dsp_tok is immutable after creation: encode/decode may run on many threads at once. */
 #ifndef DSP_TOK_TOK_H
 #define DSP_TOK_TOK_H
