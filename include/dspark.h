@@ -79,7 +79,43 @@ enum {
     DSP_TOKENIZE_PARSE_SPECIAL = 1 << 1, /* match special-token text (e.g. "<|im_start|>") as tokens */
 };
 
+enum {
+    DSP_DETOKENIZE_SKIP_SPECIAL = 1 << 0, /* leave out special tokens (BOS, EOS, <|im_start|>, ...) */
+};
+
 const dsp_tokenizer *dsp_model_tokenizer(const dsp_model *m);
+
+/* Text -> ids, identical to the Hugging Face tokenizer of the same file. text need not be
+ * NUL-terminated; bytes that are not valid UTF-8 are read as U+FFFD (one per maximal invalid
+ * subsequence, as Python's bytes.decode(errors="replace")). *n_out receives the number of ids the
+ * text has even when it exceeds cap; then only the first cap are stored and DSP_ERR_RANGE is
+ * returned (call with cap 0 to size the buffer). flags: DSP_TOKENIZE_*. */
+dsp_status dsp_tokenize(const dsp_tokenizer *t, const char *text, size_t len, int flags, int32_t *ids, size_t cap,
+                        size_t *n_out);
+/* Ids -> UTF-8 text (invalid byte sequences become U+FFFD). Writes at most cap - 1 bytes and a
+ * NUL when cap > 0; *len_out receives the full length (excluding the NUL); DSP_ERR_RANGE if it did
+ * not fit. flags: DSP_DETOKENIZE_*. An id outside the vocabulary is DSP_ERR_RANGE. */
+dsp_status dsp_detokenize(const dsp_tokenizer *t, const int32_t *ids, size_t n, int flags, char *text, size_t cap,
+                          size_t *len_out);
+/* The raw bytes a token stands for (may be part of a UTF-8 character); same cap/len rules. */
+dsp_status dsp_token_to_piece(const dsp_tokenizer *t, int32_t id, char *buf, size_t cap, size_t *len_out);
+int32_t dsp_tokenizer_n_vocab(const dsp_tokenizer *t);
+int32_t dsp_tokenizer_bos(const dsp_tokenizer *t);  /* -1 if none */
+int32_t dsp_tokenizer_eos(const dsp_tokenizer *t);  /* -1 if none */
+bool dsp_tokenizer_is_special(const dsp_tokenizer *t, int32_t id); /* control/special token */
+/* Longest piece in bytes: a streaming decoder never returns more than 3 * this + 6 bytes per id. */
+size_t dsp_tokenizer_max_piece(const dsp_tokenizer *t);
+
+/* Incremental detokenization for streaming: feed ids one at a time and get the text they complete.
+ * Never returns part of a UTF-8 character; the concatenation of all feeds and the final flush is
+ * exactly dsp_detokenize of the whole sequence. Feeding allocates nothing. The returned text is
+ * valid until the next call on the stream. */
+typedef struct dsp_detok_stream dsp_detok_stream;
+dsp_status dsp_detok_stream_create(const dsp_tokenizer *t, int flags, dsp_detok_stream **out);
+dsp_status dsp_detok_stream_feed(dsp_detok_stream *s, int32_t id, const char **text, size_t *len);
+/* End of sequence: a trailing incomplete character becomes U+FFFD. The stream can then be reused. */
+dsp_status dsp_detok_stream_flush(dsp_detok_stream *s, const char **text, size_t *len);
+void dsp_detok_stream_destroy(dsp_detok_stream *s);
 
 /* ---- inference -------------------------------------------------------------------------- */
 

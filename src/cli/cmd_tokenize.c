@@ -1,12 +1,204 @@
-/* cli/cmd_tokenize: `dspark tokenize` and `dspark detokenize` (placeholders until tok/ lands). */
+/* cli/cmd_tokenize: `dspark tokenize` (text -> JSON array of ids) and `dspark detokenize`
+ * (ids -> text). The tokenizer comes from the model loaded vocab-only (no weights are touched). */
 #include "cli/cli.h"
 
+#include "dspark.h"
+#include "tok/tok.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_INPUT ((size_t)1 << 30)
+
+typedef struct cli_tok {
+    dsp_model *m;
+    const dsp_tok *t;
+} cli_tok;
+
+static int open_tokenizer(const char *cmd, const char *path, cli_tok *ct) {
+    memset(ct, 0, sizeof *ct);
+    dsp_model_params mp = dsp_model_default_params();
+    mp.vocab_only = true;
+    if (dsp_model_load(path, &mp, &ct->m)) return dsp_cli_fail(cmd, "%s", dsp_last_error()); /* names the path */
+    ct->t = dsp_model_tokenizer(ct->m);
+    if (!ct->t) {
+        dsp_model_destroy(ct->m);
+        return dsp_cli_fail(cmd, "%s: the model has no tokenizer (no tokenizer.ggml.model)", path);
+    }
+    return 0;
+}
+
+static void close_tokenizer(cli_tok *ct) { dsp_model_destroy(ct->m); }
+
+static char *read_file(const char *cmd, const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        dsp_cli_fail(cmd, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            if (cap >= MAX_INPUT) {
+                dsp_cli_fail(cmd, "%s: input larger than %zu bytes", path, MAX_INPUT);
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) {
+            if (ferror(f)) {
+                dsp_cli_fail(cmd, "%s: read error", path);
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+    }
+    if (f != stdin) fclose(f);
+    *len = n;
+    return buf;
+}
+
+static void tokenize_usage(FILE *f) {
+    fprintf(f, "usage: dspark tokenize -m MODEL [--special] [--no-bos] [--file F | TEXT]\n\n"
+               "Print the token ids of TEXT (or of file F, '-' for stdin) as a JSON array.\n\n"
+               "  -m, --model MODEL  GGUF model file (its tokenizer metadata is enough)\n"
+               "  --special          match special-token text such as <|im_start|> as the special token\n"
+               "                     (default: such text is tokenized as plain text)\n"
+               "  --no-bos           do not add BOS/EOS even where the model's metadata asks for them\n"
+               "  --file F           read the text from F\n");
+}
+
 int dsp_cmd_tokenize(int argc, char **argv) {
-    (void)argc; (void)argv;
-    return dsp_cli_fail("tokenize", "not implemented yet");
+    if (dsp_cli_wants_help(argc, argv)) {
+        tokenize_usage(stdout);
+        return 0;
+    }
+    const char *model = NULL, *file = NULL, *text = NULL;
+    int flags = DSP_TOKENIZE_ADD_SPECIAL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(a, "--special")) flags |= DSP_TOKENIZE_PARSE_SPECIAL;
+        else if (!strcmp(a, "--no-bos")) flags &= ~DSP_TOKENIZE_ADD_SPECIAL;
+        else if (!strcmp(a, "--file") && i + 1 < argc) file = argv[++i];
+        else if (!strcmp(a, "--") && i + 1 < argc && !text) text = argv[++i];
+        else if (a[0] == '-' && a[1]) {
+            tokenize_usage(stderr);
+            return dsp_cli_fail("tokenize", "unknown or incomplete option '%s'", a);
+        } else if (!text) text = a;
+        else return dsp_cli_fail("tokenize", "more than one TEXT argument (quote the text)");
+    }
+    if (!model) {
+        tokenize_usage(stderr);
+        return dsp_cli_fail("tokenize", "-m MODEL is required");
+    }
+    if (!!file == !!text) {
+        tokenize_usage(stderr);
+        return dsp_cli_fail("tokenize", "give exactly one of --file F or TEXT");
+    }
+    size_t len = 0;
+    char *owned = NULL;
+    if (file) {
+        if (!(owned = read_file("tokenize", file, &len))) return 1;
+        text = owned;
+    } else {
+        len = strlen(text);
+    }
+    cli_tok ct;
+    if (open_tokenizer("tokenize", model, &ct)) {
+        free(owned);
+        return 1;
+    }
+    dsp_tok_ids ids = {0};
+    int rc = 0;
+    if (dsp_tok_encode(ct.t, text, len, flags, &ids)) {
+        rc = dsp_cli_fail("tokenize", "%s", dsp_last_error());
+    } else {
+        putchar('[');
+        for (size_t i = 0; i < ids.n; i++) printf(i ? ", %d" : "%d", (int)ids.v[i]);
+        printf("]\n");
+    }
+    dsp_tok_ids_free(&ids);
+    close_tokenizer(&ct);
+    free(owned);
+    return rc;
+}
+
+static void detokenize_usage(FILE *f) {
+    fprintf(f, "usage: dspark detokenize -m MODEL [--skip-special] IDS...\n\n"
+               "Print the text of the token ids (separate arguments, or one argument such as\n"
+               "\"[1, 2, 3]\" or \"1 2 3\"), followed by a newline.\n\n"
+               "  -m, --model MODEL  GGUF model file\n"
+               "  --skip-special     leave out special tokens (BOS, EOS, <|im_end|>, ...)\n");
+}
+
+/* Parse ids out of s: integers separated by spaces, commas or brackets. */
+static int parse_ids(const char *s, dsp_tok_ids *ids) {
+    while (*s) {
+        if (strchr(" \t\n\r,[]", *s)) {
+            s++;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno || v < 0 || v > INT32_MAX) return dsp_cli_fail("detokenize", "bad token id near '%.20s'", s);
+        if (dsp_tok_ids_push(ids, (int32_t)v)) return dsp_cli_fail("detokenize", "out of memory");
+        s = end;
+    }
+    return 0;
 }
 
 int dsp_cmd_detokenize(int argc, char **argv) {
-    (void)argc; (void)argv;
-    return dsp_cli_fail("detokenize", "not implemented yet");
+    if (dsp_cli_wants_help(argc, argv)) {
+        detokenize_usage(stdout);
+        return 0;
+    }
+    const char *model = NULL;
+    int flags = 0;
+    dsp_tok_ids ids = {0};
+    int rc = 0;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i];
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(a, "--skip-special")) flags |= DSP_DETOKENIZE_SKIP_SPECIAL;
+        else if (a[0] == '-' && a[1] && !(a[1] >= '0' && a[1] <= '9')) {
+            detokenize_usage(stderr);
+            rc = dsp_cli_fail("detokenize", "unknown or incomplete option '%s'", a);
+        } else rc = parse_ids(a, &ids);
+    }
+    if (!rc && !model) {
+        detokenize_usage(stderr);
+        rc = dsp_cli_fail("detokenize", "-m MODEL is required");
+    }
+    cli_tok ct;
+    if (!rc && !(rc = open_tokenizer("detokenize", model, &ct))) {
+        char *text;
+        size_t len;
+        if (dsp_tok_decode(ct.t, ids.v, ids.n, flags, &text, &len)) {
+            rc = dsp_cli_fail("detokenize", "%s", dsp_last_error());
+        } else {
+            fwrite(text, 1, len, stdout);
+            putchar('\n');
+            free(text);
+        }
+        close_tokenizer(&ct);
+    }
+    dsp_tok_ids_free(&ids);
+    return rc;
 }

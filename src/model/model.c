@@ -41,6 +41,26 @@ static uint32_t meta_u32(const dsp_gguf *g, const char *arch, const char *suffix
     return v;
 }
 
+/* End-of-generation set: the metadata's eos/eot/eom ids plus control tokens whose text is a
+ * well-known turn or text terminator (chat models often end turns with one that is not `eos`). */
+static void find_eog(dsp_model *m) {
+    static const char *keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"};
+    static const char *names[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|endoftext|>", "<|end|>",
+                                  "</s>", "<|end_of_text|>", "<|return|>", "<|call|>"};
+    int32_t n_vocab = (int32_t)dsp_tok_n_vocab(m->tok);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        uint32_t id;
+        if (dsp_gguf_get_u32(m->gguf, keys[i], &id) == DSP_OK && (int32_t)id < n_vocab && m->n_eog < DSP_MAX_EOG) m->eog[m->n_eog++] = (int32_t)id;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        int32_t id = dsp_tok_find(m->tok, names[i], strlen(names[i]));
+        if (id < 0 || !dsp_tok_is_special(m->tok, id)) continue;
+        bool dup = false;
+        for (int k = 0; k < m->n_eog; k++) dup |= m->eog[k] == id;
+        if (!dup && m->n_eog < DSP_MAX_EOG) m->eog[m->n_eog++] = id;
+    }
+}
+
 static dsp_status fill_info(dsp_model *m) {
     dsp_model_info *in = &m->info;
     const dsp_gguf *g = m->gguf;
@@ -90,6 +110,10 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
     dsp_status st = dsp_gguf_open(path, &m->gguf);
     if (!st) {
         st = fill_info(m);
+        if (!st && m->tok_model[0]) {
+            st = dsp_tok_create_from_gguf(m->gguf, &m->tok);
+            if (!st) find_eog(m);
+        }
         if (!st && !params->vocab_only) {
             st = dsp_arch_load_hparams(m->gguf, &m->hp);
             if (!st) st = dsp_arch_bind_weights(m->gguf, &m->hp, &m->w);
@@ -108,6 +132,7 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
 
 void dsp_model_destroy(dsp_model *m) {
     if (!m) return;
+    dsp_tok_destroy(m->tok);
     dsp_arch_free_weights(&m->w);
     dsp_gguf_destroy(m->gguf);
     free(m->path);
@@ -119,3 +144,5 @@ void dsp_model_destroy(dsp_model *m) {
 }
 
 void dsp_model_get_info(const dsp_model *m, dsp_model_info *info) { *info = m->info; }
+
+const dsp_tokenizer *dsp_model_tokenizer(const dsp_model *m) { return m->tok; }

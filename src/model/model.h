@@ -6,11 +6,17 @@
 #include "dspark.h"
 #include "io/gguf.h"
 #include "model/arch.h"
+#include "tok/tok.h"
+
+#define DSP_MAX_EOG 16
 
 struct dsp_model {
     char *path;
     dsp_gguf *gguf;
     dsp_model_info info; /* filled once at load */
+    dsp_tok *tok;        /* NULL if the file has no tokenizer */
+    int32_t eog[DSP_MAX_EOG]; /* end-of-generation tokens: eos, eot, eom, <|im_end|>, ... */
+    int n_eog;
     bool has_weights;    /* false when loaded vocab-only */
     dsp_hparams hp;      /* valid when has_weights */
     dsp_weights w;

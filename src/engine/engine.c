@@ -57,9 +57,10 @@ dsp_status dsp_ctx_create(dsp_model *m, const dsp_ctx_params *p, dsp_ctx **out) 
     }
     c->n_vocab = dsp_fwd_n_vocab(c->fwd);
     if ((size_t)c->n_vocab != dsp_tok_n_vocab(m->tok)) {
+        st = dsp_error(DSP_ERR_FORMAT, "%s: tokenizer has %zu tokens but the output layer has %d", m->path, dsp_tok_n_vocab(m->tok),
+                       c->n_vocab);
         dsp_ctx_destroy(c);
-        return dsp_error(DSP_ERR_FORMAT, "%s: tokenizer has %zu tokens but the output layer has %d", m->path, dsp_tok_n_vocab(m->tok),
-                         c->n_vocab);
+        return st;
     }
     c->max_rows = DSP_ENGINE_MAX_ROWS;
     size_t sbytes = dsp_sample_scratch_bytes(c->n_vocab), dbytes = dsp_sample_dist_bytes(c->n_vocab);
@@ -67,8 +68,9 @@ dsp_status dsp_ctx_create(dsp_model *m, const dsp_ctx_params *p, dsp_ctx **out) 
     c->scratch_mem = aligned_alloc16(sbytes);
     c->dist_mem = aligned_alloc16(dbytes);
     if (!c->logits || !c->scratch_mem || !c->dist_mem) {
+        st = dsp_error(DSP_ERR_NOMEM, "no memory for the sampler (vocabulary %d)", c->n_vocab);
         dsp_ctx_destroy(c);
-        return dsp_error(DSP_ERR_NOMEM, "no memory for the sampler (vocabulary %d)", c->n_vocab);
+        return st;
     }
     dsp_sample_scratch_init(&c->scratch, c->scratch_mem, sbytes, c->n_vocab);
     dsp_sample_dist_init(&c->dist, c->dist_mem, dbytes, c->n_vocab);
@@ -193,10 +195,26 @@ typedef struct gen {
     dsp_sample_history hist;
     dsp_rng rng;
     dsp_stop stop;
-    dsp_utf8_state utf8;
-    uint8_t text[DSP_ENGINE_MAX_PIECE * 3 + 8];
+    dsp_detok_stream *detok;  /* special tokens skipped, as the whole-sequence decode does */
+    char *out;                /* the current event's text: at most two decoder outputs plus held-back stop text */
+    size_t n_out, out_cap;
     dsp_gen_result *res;
 } gen;
+
+static void out_append(gen *g, const char *p, size_t n) {
+    if (n > g->out_cap - g->n_out) n = g->out_cap - g->n_out; /* cannot happen: out is sized for the worst case */
+    memcpy(g->out + g->n_out, p, n);
+    g->n_out += n;
+}
+
+/* Pass text through the stop matcher into g->out; true if a stop string was hit. */
+static bool out_text(gen *g, const char *text, size_t n) {
+    const char *e;
+    size_t ne;
+    bool hit = dsp_stop_feed(&g->stop, text, n, &e, &ne);
+    out_append(g, e, ne);
+    return hit;
+}
 
 /* Decide what one sampled token emits and whether generation ends there. */
 static dsp_finish emit_token(gen *g, int32_t tok, const float *raw_logits) {
@@ -207,48 +225,35 @@ static dsp_finish emit_token(gen *g, int32_t tok, const float *raw_logits) {
     ev.token = tok;
     if (g->p->logprobs >= 0) {
         dsp_sample_logprob ch, tp[DSP_MAX_LOGPROBS];
-        int32_t n_out = 0;
-        if (dsp_sample_logprobs(raw_logits, g->c->n_vocab, NULL, DSP_SAMPLE_LOGPROBS_RAW, tok, g->p->logprobs, &ch, tp, &n_out) == DSP_OK) {
+        int32_t n_top = 0;
+        if (dsp_sample_logprobs(raw_logits, g->c->n_vocab, NULL, DSP_SAMPLE_LOGPROBS_RAW, tok, g->p->logprobs, &ch, tp, &n_top) == DSP_OK) {
             ev.chosen.token = ch.token;
             ev.chosen.logprob = ch.logprob;
-            for (int i = 0; i < n_out; i++) top[i].token = tp[i].token, top[i].logprob = tp[i].logprob;
-            ev.n_top = n_out;
+            for (int i = 0; i < n_top; i++) top[i].token = tp[i].token, top[i].logprob = tp[i].logprob;
+            ev.n_top = n_top;
             ev.top = top;
         }
     }
     bool eog = !g->p->ignore_eos && dsp_engine_is_eog(m, tok);
-    size_t n_text = 0;
-    if (!eog && !dsp_tok_is_special(m->tok, tok)) {
-        size_t plen;
-        const char *piece = dsp_tok_piece(m->tok, tok, &plen);
-        if (plen > DSP_ENGINE_MAX_PIECE) plen = DSP_ENGINE_MAX_PIECE;
-        n_text = dsp_utf8_feed(&g->utf8, (const uint8_t *)piece, plen, g->text);
-    }
     dsp_finish fin = DSP_FINISH_NONE;
     if (eog) fin = DSP_FINISH_STOP;
     else if (g->res->n_generated >= (size_t)g->p->max_tokens) fin = DSP_FINISH_LENGTH;
     else if (g->s->kv.n_tokens + 1 >= dsp_fwd_n_ctx(g->c->fwd)) fin = DSP_FINISH_LENGTH;
-    if (fin != DSP_FINISH_NONE) n_text += dsp_utf8_finish(&g->utf8, g->text + n_text);
-    const char *out;
-    size_t n_out;
-    if (dsp_stop_feed(&g->stop, (const char *)g->text, n_text, &out, &n_out)) fin = DSP_FINISH_STOP;
-    ev.text = out;
-    ev.text_len = n_out;
-    if (fin != DSP_FINISH_NONE && !g->stop.hit) {
-        /* flush held-back text into this event: copy both parts into the text buffer */
-        const char *rest;
-        size_t n_rest;
-        dsp_stop_flush(&g->stop, &rest, &n_rest);
-        if (n_rest) {
-            static _Thread_local char joined[DSP_ENGINE_MAX_PIECE * 3 + 8 + 4096];
-            size_t a = n_out < sizeof joined ? n_out : sizeof joined;
-            memmove(joined, out, a);
-            size_t b = n_rest < sizeof joined - a ? n_rest : sizeof joined - a;
-            memcpy(joined + a, rest, b);
-            ev.text = joined;
-            ev.text_len = a + b;
+    g->n_out = 0;
+    const char *text;
+    size_t n_text;
+    bool hit = false;
+    if (!eog && dsp_detok_stream_feed(g->detok, tok, &text, &n_text) == DSP_OK) hit = out_text(g, text, n_text);
+    if (!hit && fin != DSP_FINISH_NONE) { /* the end: a trailing incomplete character becomes U+FFFD */
+        if (dsp_detok_stream_flush(g->detok, &text, &n_text) == DSP_OK) hit = out_text(g, text, n_text);
+        if (!hit) {
+            dsp_stop_flush(&g->stop, &text, &n_text);
+            out_append(g, text, n_text);
         }
     }
+    if (hit) fin = DSP_FINISH_STOP;
+    ev.text = g->out;
+    ev.text_len = g->n_out;
     if (g->cb && !g->cb(&ev, g->user) && fin == DSP_FINISH_NONE) fin = DSP_FINISH_CANCELLED;
     return fin;
 }
@@ -276,6 +281,14 @@ dsp_status dsp_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_
     int n_stop = 0;
     while (n_stop < DSP_MAX_STOP && p->stop[n_stop]) n_stop++;
     if ((st = dsp_stop_init(&g.stop, p->stop, n_stop))) return st;
+    g.out_cap = 2 * (3 * dsp_tok_max_piece_len(c->m->tok) + 8) + g.stop.cap;
+    g.out = malloc(g.out_cap);
+    if (!g.out || (st = dsp_detok_stream_create(c->m->tok, DSP_DETOKENIZE_SKIP_SPECIAL, &g.detok))) {
+        if (!st) st = dsp_error(DSP_ERR_NOMEM, "no memory");
+        free(g.out);
+        dsp_stop_free(&g.stop);
+        return st;
+    }
 
     /* reuse the common prefix of the cached tokens; at least one prompt token is recomputed so
      * that its logits exist */
@@ -296,6 +309,8 @@ dsp_status dsp_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_
         dsp_kv_seq_truncate(dsp_fwd_kv(c->fwd), &s->kv, 0);
         s->n_tokens = 0;
         dsp_stop_free(&g.stop);
+        dsp_detok_stream_destroy(g.detok);
+        free(g.out);
         return st;
     }
     dsp_sample_history_init(&g.hist, s->tokens, s->cap, (uint32_t)n_prompt);
@@ -319,5 +334,7 @@ dsp_status dsp_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_
     res->decode_ms = now_ms() - t1;
     res->finish = fin;
     dsp_stop_free(&g.stop);
+    dsp_detok_stream_destroy(g.detok);
+    free(g.out);
     return st;
 }

@@ -10,7 +10,6 @@
 #include "tok/tok.h"
 
 #define DSP_ENGINE_MAX_ROWS 64   /* logits rows per round (1 + the largest draft) */
-#define DSP_ENGINE_MAX_PIECE 256 /* bytes of one token's text considered for output */
 
 struct dsp_ctx {
     dsp_model *m;

@@ -1,0 +1,303 @@
+/* cli/cmd_generate: `dspark generate`: one completion, streamed to stdout as it is decoded. */
+#include "cli/cli.h"
+
+#include "dspark.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dspark generate -m MODEL (-p TEXT | --file F) [options]\n\n"
+            "Generates a continuation of the prompt and streams it to stdout.\n\n"
+            "  -m, --model PATH        GGUF model file\n"
+            "  -p, --prompt TEXT       the prompt\n"
+            "  -f, --file F            read the prompt from a file ('-' = stdin)\n"
+            "  -n, --max-tokens N      tokens to generate at most (default 256)\n"
+            "      --chat              wrap the prompt as a user message in the model's chat template\n"
+            "      --system TEXT       system message (with --chat)\n"
+            "      --chat-template F   use this Jinja template instead of the model's\n"
+            "      --temperature T     0 = greedy (default 0)\n"
+            "      --top-p P           nucleus sampling mass (default 1 = off)\n"
+            "      --top-k K           keep the K most likely tokens (default 0 = off)\n"
+            "      --min-p P           drop tokens below P x the top probability (default 0)\n"
+            "      --presence-penalty X, --frequency-penalty X   OpenAI penalties in [-2, 2]\n"
+            "      --repeat-penalty X  llama.cpp repetition penalty (default 1 = off)\n"
+            "      --seed S            sampling seed (default 0)\n"
+            "      --stop TEXT         stop string (repeatable, at most 4)\n"
+            "      --ignore-eos        do not stop at end-of-generation tokens\n"
+            "      --logprobs N        report the chosen token's log-probability and N alternatives (--json)\n"
+            "  -c, --ctx N             context length (default min(model, 4096))\n"
+            "  -t, --threads N         threads (default: physical cores)\n"
+            "      --json              print one JSON object at the end instead of streaming text\n"
+            "  -h, --help              this help\n");
+}
+
+typedef struct gen_opts {
+    const char *model, *prompt, *file, *system, *chat_template;
+    bool chat, json;
+    dsp_gen_params gp;
+    int n_stop;
+    dsp_ctx_params cp;
+} gen_opts;
+
+/* Parse a number option; returns false (after printing) if malformed. */
+static bool num(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "dspark generate: %s: '%s' is not a number in [%g, %g]\n", opt, s, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int *n_stop, dsp_ctx_params *cp, bool *handled) {
+    const char *a = argv[*i];
+    double v;
+    *handled = true;
+#define NEXT()                                                                 \
+    do {                                                                       \
+        if (*i + 1 >= argc) {                                                  \
+            fprintf(stderr, "dspark: option %s needs a value\n", a);           \
+            return 2;                                                          \
+        }                                                                      \
+        (*i)++;                                                                \
+    } while (0)
+#define NUM(lo, hi) \
+    NEXT();         \
+    if (!num(a, argv[*i], lo, hi, &v)) return 2;
+    if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) { NUM(1, 1e9) gp->max_tokens = (int32_t)v; }
+    else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) { NUM(0, 100) gp->temperature = (float)v; }
+    else if (!strcmp(a, "--top-p")) { NUM(0, 1) gp->top_p = (float)v; }
+    else if (!strcmp(a, "--top-k")) { NUM(0, 1e9) gp->top_k = (int32_t)v; }
+    else if (!strcmp(a, "--min-p")) { NUM(0, 1) gp->min_p = (float)v; }
+    else if (!strcmp(a, "--presence-penalty")) { NUM(-2, 2) gp->presence_penalty = (float)v; }
+    else if (!strcmp(a, "--frequency-penalty")) { NUM(-2, 2) gp->frequency_penalty = (float)v; }
+    else if (!strcmp(a, "--repeat-penalty")) { NUM(0, 100) gp->repetition_penalty = (float)v; }
+    else if (!strcmp(a, "--repeat-last-n")) { NUM(-1, 1e9) gp->repetition_last_n = (int32_t)v; }
+    else if (!strcmp(a, "--seed")) { NUM(0, 1.8e19) gp->seed = (uint64_t)v; }
+    else if (!strcmp(a, "--logprobs")) { NUM(0, DSP_MAX_LOGPROBS) gp->logprobs = (int32_t)v; }
+    else if (!strcmp(a, "--ignore-eos")) gp->ignore_eos = true;
+    else if (!strcmp(a, "--stop")) {
+        NEXT();
+        if (*n_stop >= DSP_MAX_STOP) {
+            fprintf(stderr, "dspark: at most %d --stop strings\n", DSP_MAX_STOP);
+            return 2;
+        }
+        gp->stop[(*n_stop)++] = argv[*i];
+    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { NUM(16, 1 << 24) cp->n_ctx = (uint32_t)v; }
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NUM(1, 1024) cp->n_threads = (int)v; }
+    else if (!strcmp(a, "--batch")) { NUM(1, 65536) cp->max_batch_tokens = (int)v; }
+    else *handled = false;
+#undef NUM
+#undef NEXT
+    return 0;
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    for (size_t r; buf && (r = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += r;
+        if (n == cap) {
+            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2 + 1) : NULL;
+            if (!nb) free(buf);
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (f != stdin) fclose(f);
+    if (buf) buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+typedef struct stream_state {
+    bool json;
+    char *text;           /* --json: the whole text */
+    size_t n_text, cap;
+    int32_t *ids;
+    size_t n_ids, cap_ids;
+    FILE *lp;             /* --json with logprobs: a memstream of the per-token array */
+    char *lp_buf;
+    size_t lp_len;
+    bool first_lp;
+} stream_state;
+
+static void json_str(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static bool on_token(const dsp_token_event *ev, void *user) {
+    stream_state *ss = user;
+    if (!ss->json) {
+        fwrite(ev->text, 1, ev->text_len, stdout);
+        fflush(stdout);
+        return true;
+    }
+    if (ss->n_text + ev->text_len + 1 > ss->cap) {
+        size_t nc = (ss->n_text + ev->text_len + 1) * 2;
+        char *nb = realloc(ss->text, nc);
+        if (!nb) return false;
+        ss->text = nb, ss->cap = nc;
+    }
+    memcpy(ss->text + ss->n_text, ev->text, ev->text_len);
+    ss->n_text += ev->text_len;
+    if (ss->n_ids == ss->cap_ids) {
+        size_t nc = ss->cap_ids ? ss->cap_ids * 2 : 256;
+        int32_t *ni = realloc(ss->ids, nc * sizeof *ni);
+        if (!ni) return false;
+        ss->ids = ni, ss->cap_ids = nc;
+    }
+    ss->ids[ss->n_ids++] = ev->token;
+    if (ss->lp) {
+        fprintf(ss->lp, "%s{\"token\": %d, \"logprob\": %.6g, \"top\": [", ss->first_lp ? "" : ", ", ev->token, ev->chosen.logprob);
+        for (int i = 0; i < ev->n_top; i++)
+            fprintf(ss->lp, "%s{\"token\": %d, \"logprob\": %.6g}", i ? ", " : "", ev->top[i].token, ev->top[i].logprob);
+        fputs("]}", ss->lp);
+        ss->first_lp = false;
+    }
+    return true;
+}
+
+int dsp_cmd_generate(int argc, char **argv) {
+    if (dsp_cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    gen_opts o;
+    memset(&o, 0, sizeof o);
+    o.gp = dsp_gen_default_params();
+    o.cp = dsp_ctx_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool handled;
+        int rc = dsp_cli_parse_gen_opt(argc, argv, &i, &o.gp, &o.n_stop, &o.cp, &handled);
+        if (rc) return rc;
+        if (handled) continue;
+        bool has_val = i + 1 < argc;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) o.model = argv[++i];
+        else if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && has_val) o.prompt = argv[++i];
+        else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && has_val) o.file = argv[++i];
+        else if (!strcmp(a, "--system") && has_val) o.system = argv[++i];
+        else if (!strcmp(a, "--chat-template") && has_val) o.chat_template = argv[++i];
+        else if (!strcmp(a, "--chat")) o.chat = true;
+        else if (!strcmp(a, "--json")) o.json = true;
+        else {
+            fprintf(stderr, "dspark generate: unknown or incomplete option '%s'\n\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!o.model || (!o.prompt == !o.file)) {
+        fprintf(stderr, "dspark generate: need -m MODEL and exactly one of -p TEXT or --file F\n\n");
+        usage(stderr);
+        return 2;
+    }
+    size_t plen = 0;
+    char *ptext = NULL;
+    if (o.file) {
+        ptext = slurp(o.file, &plen);
+        if (!ptext) return dsp_cli_fail("generate", "%s: %s", o.file, strerror(errno));
+    } else {
+        ptext = strdup(o.prompt);
+        plen = strlen(ptext);
+    }
+    double t0 = dsp_cli_now_ms();
+    dsp_model_params mp = dsp_model_default_params();
+    mp.progress = isatty(2);
+    dsp_model *m = NULL;
+    dsp_ctx *c = NULL;
+    dsp_seq *s = NULL;
+    int rc = 1;
+    int32_t *ids = NULL;
+    char *rendered = NULL;
+    stream_state ss;
+    memset(&ss, 0, sizeof ss);
+    ss.json = o.json;
+    if (dsp_model_load(o.model, &mp, &m)) {
+        dsp_cli_fail("generate", "%s", dsp_last_error());
+        goto out;
+    }
+    if (dsp_ctx_create(m, &o.cp, &c) || dsp_seq_create(c, &s)) {
+        dsp_cli_fail("generate", "%s", dsp_last_error());
+        goto out;
+    }
+    double load_ms = dsp_cli_now_ms() - t0;
+    const dsp_tokenizer *tok = dsp_model_tokenizer(m);
+    int flags = DSP_TOKENIZE_ADD_SPECIAL;
+    const char *text = ptext;
+    size_t tlen = plen;
+    if (o.chat) {
+        size_t rlen;
+        if (dsp_cli_render_chat(m, o.chat_template, o.system, ptext, plen, &rendered, &rlen)) goto out;
+        text = rendered, tlen = rlen;
+        flags = DSP_TOKENIZE_PARSE_SPECIAL; /* the template already placed BOS and the turn markers */
+    }
+    size_t n_ids = 0;
+    dsp_tokenize(tok, text, tlen, flags, NULL, 0, &n_ids);
+    ids = malloc((n_ids ? n_ids : 1) * sizeof *ids);
+    if (!ids || dsp_tokenize(tok, text, tlen, flags, ids, n_ids, &n_ids)) {
+        dsp_cli_fail("generate", "tokenizing the prompt: %s", dsp_last_error());
+        goto out;
+    }
+    if (o.json && o.gp.logprobs >= 0) {
+        ss.lp = open_memstream(&ss.lp_buf, &ss.lp_len);
+        ss.first_lp = true;
+    }
+    dsp_gen_result res;
+    if (dsp_generate(c, s, ids, n_ids, &o.gp, on_token, &ss, &res)) {
+        if (!o.json) fputc('\n', stdout);
+        dsp_cli_fail("generate", "%s", dsp_last_error());
+        goto out;
+    }
+    double tps = res.decode_ms > 0 ? (double)res.n_generated / (res.decode_ms / 1e3) : 0;
+    if (o.json) {
+        if (ss.lp) fclose(ss.lp), ss.lp = NULL;
+        printf("{\"text\": ");
+        json_str(stdout, ss.text ? ss.text : "", ss.n_text);
+        printf(", \"token_ids\": [");
+        for (size_t i = 0; i < ss.n_ids; i++) printf("%s%d", i ? ", " : "", ss.ids[i]);
+        printf("], \"n_prompt\": %zu, \"n_generated\": %zu, \"finish_reason\": \"%s\"", res.n_prompt, res.n_generated, dsp_finish_to_string(res.finish));
+        if (ss.lp_buf) printf(", \"logprobs\": [%s]", ss.lp_buf);
+        printf(", \"timings\": {\"load_ms\": %.1f, \"prefill_ms\": %.1f, \"decode_ms\": %.1f, \"decode_tok_per_s\": %.2f}}\n", load_ms,
+               res.prefill_ms, res.decode_ms, tps);
+    } else {
+        fputc('\n', stdout);
+        fprintf(stderr, "dspark: %zu prompt tokens in %.0f ms, %zu generated in %.0f ms (%.1f tok/s), finish: %s\n", res.n_prompt, res.prefill_ms,
+                res.n_generated, res.decode_ms, tps, dsp_finish_to_string(res.finish));
+    }
+    rc = 0;
+out:
+    if (ss.lp) fclose(ss.lp);
+    free(ss.lp_buf);
+    free(ss.text);
+    free(ss.ids);
+    free(ids);
+    free(rendered);
+    free(ptext);
+    dsp_seq_destroy(s);
+    dsp_ctx_destroy(c);
+    dsp_model_destroy(m);
+    return rc;
+}

@@ -1,0 +1,150 @@
+/* tok/tok: tokenizers built from GGUF metadata, identical in ids to the Hugging Face tokenizer of
+ * the same file.
+ *
+ * Two families:
+ *  - byte-level BPE (tokenizer.ggml.model = "gpt2": GPT-2, Llama 3, Qwen2, SmolLM, StarCoder,
+ *    DeepSeek, Falcon, MPT, ...). Text is split by the pre-tokenizer regexes chosen by
+ *    tokenizer.ggml.pre (tok_pre.c), each piece is BPE-merged over its raw bytes by merge rank.
+ *    Token strings are stored in the GPT-2 byte-to-unicode spelling and decoded to bytes at load.
+ *  - SentencePiece-style BPE (model = "llama": Llama 1/2, Mistral, Phi-3, Gemma). Spaces become
+ *    U+2581, a U+2581 is prepended per add_space_prefix (never for Gemma), the whole segment is one
+ *    BPE word, merges come from the file or (as Hugging Face derives them) from the token scores
+ *    (Gemma: from token order), unknown characters fall back to <0xXX> byte tokens.
+ * Added tokens (CONTROL, USER_DEFINED, and the bos/eos/unk/pad tokens) are matched in the raw text
+ * first, leftmost-longest; special ones only with DSP_TOKENIZE_PARSE_SPECIAL.
+ *
+ * Input text that is not valid UTF-8 is tokenized as if each maximal invalid subsequence were
+ * U+FFFD (what Python's bytes.decode("utf-8", "replace") gives the HF oracle). Decoding produces
+ * UTF-8 with invalid byte sequences replaced the same way; the streaming decoder holds back an
+ * incomplete character, so the concatenation of its output equals the whole decode.
+ *
+ * Which Hugging Face? The model's own tokenizer.json, as llama.cpp's per-pre-type tables also
+ * describe it and as the public test vectors (tests/test_tok_vectors.c) check. transformers'
+ * GGUF loader (the oracle of tests/fixtures/tok) rebuilds that tokenizer from the metadata and
+ * agrees except in three places, where we follow tokenizer.json:
+ *  - pre = smollm/starcoder/refact/command-r/...: digits are split one by one before the GPT-2
+ *    regex; the loader knows no such pre-type and uses the GPT-2 regex alone (SmolLM2: 92 of 2420
+ *    corpus strings differ, e.g. "  7" and " ½"; the fixtures record both, see gen_tok_fixtures.py);
+ *  - byte-level USER_DEFINED/CONTROL tokens not written in the byte alphabet (GPT-NeoX's runs of
+ *    spaces) are added tokens; the loader drops them;
+ *  - SPM with a space prefix (non-Gemma): U+2581 is prepended to every text segment, also one that
+ *    starts with a space (Llama 2 / Phi-3 tokenizer.json: Prepend normalizer); the loader's
+ *    Metaspace(prepend_scheme=first) would not prepend before a leading space.
+ * Decoding differs from HF only on invalid UTF-8 made of byte-fallback tokens: HF's ByteFallback
+ * gives one U+FFFD per byte of the bad run, we give one per maximal invalid subsequence.
+ *
+ * A dsp_tok is immutable after creation: encode/decode may run on many threads at once. */
+#ifndef DSP_TOK_TOK_H
+#define DSP_TOK_TOK_H
+
+#include "dspark.h"
+#include "io/gguf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dsp_tokenizer dsp_tok;
+
+typedef enum dsp_tok_kind {
+    DSP_TOK_BPE = 0, /* byte-level BPE ("gpt2") */
+    DSP_TOK_SPM = 1, /* SentencePiece-style BPE with byte fallback ("llama") */
+} dsp_tok_kind;
+
+/* tokenizer.ggml.token_type values */
+enum {
+    DSP_TOK_TYPE_UNDEFINED = 0, DSP_TOK_TYPE_NORMAL = 1, DSP_TOK_TYPE_UNKNOWN = 2, DSP_TOK_TYPE_CONTROL = 3,
+    DSP_TOK_TYPE_USER_DEFINED = 4, DSP_TOK_TYPE_UNUSED = 5, DSP_TOK_TYPE_BYTE = 6,
+};
+
+/* Construction from plain arrays (the GGUF constructor fills one of these). Strings need not be
+ * NUL-terminated when their lengths are given; everything is copied. */
+typedef struct dsp_tok_params {
+    dsp_tok_kind kind;
+    const char *arch;              /* general.architecture; selects the SPM variant (gemma*, phi3); may be NULL */
+    const char *pre;               /* tokenizer.ggml.pre (BPE only); NULL or "" = "default" */
+    size_t n_tokens;
+    const char *const *tokens;     /* n_tokens strings */
+    const size_t *token_lens;      /* NULL: strlen */
+    const float *scores;           /* NULL: none (SPM then needs merges) */
+    const int32_t *types;          /* NULL: all NORMAL */
+    size_t n_merges;
+    const char *const *merges;     /* "left right" in rank order; NULL if none */
+    const size_t *merge_lens;      /* NULL: strlen */
+    int32_t bos, eos, unk, pad;    /* -1: none */
+    int add_bos, add_eos;          /* -1: the family's default (SPM: add BOS; BPE: nothing) */
+    int add_space_prefix;          /* -1: default (SPM: true except Gemma; BPE: false) */
+} dsp_tok_params;
+
+dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out);
+/* Reads tokenizer.ggml.* and general.architecture. The tokenizer copies what it needs and does not
+ * keep a reference to g. */
+dsp_status dsp_tok_create_from_gguf(const dsp_gguf *g, dsp_tok **out);
+void dsp_tok_destroy(dsp_tok *t);
+
+/* A growable id vector for the internal encoder. */
+typedef struct dsp_tok_ids {
+    int32_t *v;
+    size_t n, cap;
+} dsp_tok_ids;
+void dsp_tok_ids_free(dsp_tok_ids *ids);
+dsp_status dsp_tok_ids_push(dsp_tok_ids *ids, int32_t id);
+
+/* Append the ids of text[0..len) to out (flags: DSP_TOKENIZE_*). */
+dsp_status dsp_tok_encode(const dsp_tok *t, const char *text, size_t len, int flags, dsp_tok_ids *out);
+
+/* Whole-sequence decode into a malloc'ed NUL-terminated buffer (*len_out excludes the NUL).
+ * flags: DSP_DETOKENIZE_*. Ids out of range are an error. */
+dsp_status dsp_tok_decode(const dsp_tok *t, const int32_t *ids, size_t n, int flags, char **text, size_t *len_out);
+
+size_t dsp_tok_n_vocab(const dsp_tok *t);
+dsp_tok_kind dsp_tok_get_kind(const dsp_tok *t);
+const char *dsp_tok_pre_name(const dsp_tok *t);
+/* The bytes the token stands for in decoded text (byte-level spelling undone, U+2581 -> ' ',
+ * <0xXX> -> one byte); NULL if id is out of range. */
+const char *dsp_tok_piece(const dsp_tok *t, int32_t id, size_t *len);
+/* The token's string as stored in the file. */
+const char *dsp_tok_text(const dsp_tok *t, int32_t id, size_t *len);
+int32_t dsp_tok_type(const dsp_tok *t, int32_t id);
+bool dsp_tok_is_special(const dsp_tok *t, int32_t id);
+int32_t dsp_tok_bos(const dsp_tok *t);
+int32_t dsp_tok_eos(const dsp_tok *t);
+size_t dsp_tok_max_piece_len(const dsp_tok *t);
+/* Exact lookup of a token string as stored in the file (spelling included); -1 if absent. */
+int32_t dsp_tok_find(const dsp_tok *t, const char *s, size_t len);
+
+/* ---- internals shared between tok.c, tok_pre.c, tok_bpe.c ---- */
+
+/* Lossy UTF-8 sanitizer (WHATWG decoder: each maximal invalid subsequence becomes U+FFFD). */
+typedef struct dsp_utf8_state {
+    uint8_t pend[4];
+    uint8_t n_pend, need;
+    uint8_t lo, hi;
+} dsp_utf8_state;
+/* Feed n bytes; appends valid output to out (room for 3*n + 4 bytes needed); returns bytes written. */
+size_t dsp_utf8_feed(dsp_utf8_state *st, const uint8_t *in, size_t n, uint8_t *out);
+/* End of input: an incomplete character becomes U+FFFD. Returns bytes written (0 or 3). */
+size_t dsp_utf8_finish(dsp_utf8_state *st, uint8_t *out);
+/* true if s is valid UTF-8 */
+bool dsp_utf8_valid(const uint8_t *s, size_t n);
+
+/* Pre-tokenizer: an ordered list of PCRE2 regexes applied like HF's Split(behavior=Isolated). */
+typedef struct dsp_tok_pre dsp_tok_pre;
+dsp_status dsp_tok_pre_create(const char *name, dsp_tok_pre **out);
+void dsp_tok_pre_destroy(dsp_tok_pre *p);
+/* A piece [off, off+len) of the input. */
+typedef struct dsp_tok_span {
+    uint32_t off, len;
+} dsp_tok_span;
+typedef struct dsp_tok_spans {
+    dsp_tok_span *v;
+    size_t n, cap;
+} dsp_tok_spans;
+/* Split text (valid UTF-8) into pieces; out is reset first. tmp is scratch owned by the caller. */
+dsp_status dsp_tok_pre_split(const dsp_tok_pre *p, const char *text, size_t len, dsp_tok_spans *out,
+                             dsp_tok_spans *tmp);
+void dsp_tok_spans_free(dsp_tok_spans *s);
+/* comma-separated list of the known names, for messages */
+const char *dsp_tok_pre_known(void);
+
+#endif
