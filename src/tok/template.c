@@ -3483,6 +3483,12 @@ static dsp_status filter_length(rt *r, const tv *v, int64_t *n) {
 /* select/reject/selectattr/rejectattr */
 static dsp_status filter_select(rt *r, const tv *in, args *a, bool attr, bool want, tv *out) {
     tlist *src = NULL;
+    if (!truthy(in)) { /* jinja2: `if value:` before iterating */
+        src = list_new(r, 0);
+        if (!src) return oom(r->line);
+        *out = mk_list(src, L_GEN);
+        return DSP_OK;
+    }
     TRY(iter_list(r, in, &src));
     size_t base = attr ? 1 : 0;
     tv *attrname = attr ? arg(a, 0, NULL) : NULL;
@@ -3707,7 +3713,8 @@ static dsp_status apply_filter(rt *r, scope *sc, const char *f, tv in, args *a, 
     }
     if (!strcmp(f, "map")) {
         tlist *src = NULL;
-        TRY(iter_list(r, &in, &src));
+        if (truthy(&in)) TRY(iter_list(r, &in, &src)); /* jinja2: `if value:` */
+        else if (!(src = list_new(r, 0))) return oom(line);
         tlist *l = list_new(r, src->n);
         if (!l) return oom(line);
         tv *at = NULL, *def = NULL;
@@ -3841,13 +3848,14 @@ static dsp_status apply_filter(rt *r, scope *sc, const char *f, tv in, args *a, 
             tv neg1 = mk_int(-1);
             return get_slice(r, &in, NULL, NULL, &neg1, out);
         }
-        if (in.t == V_LIST && in.fl == L_GEN) return fail(line, "'generator' object is not reversible");
+        /* reversed(value), or for generators list(value) reversed */
+        bool gen = in.t == V_LIST && in.fl == L_GEN;
         tlist *src = NULL;
         TRY(iter_list(r, &in, &src));
         tlist *l = list_new(r, src->n);
         if (!l) return oom(line);
         for (size_t i = 0; i < src->n; i++) l->v[l->n++] = src->v[src->n - 1 - i];
-        *out = mk_list(l, L_GEN);
+        *out = mk_list(l, gen ? L_LIST : L_GEN);
         return DSP_OK;
     }
     if (!strcmp(f, "int") || !strcmp(f, "float")) {
