@@ -1750,7 +1750,12 @@ static dsp_status p_body(ps *P, const char *const *ends, nvec *body) {
         token *t = cur(P);
         node *x = NULL;
         if (t->type == T_EOF) {
-            if (ends) return fail(t->line, "unexpected end of template: missing {%% %s %%}", ends[0][0] == 'e' ? ends[0] : ends[0]);
+            if (ends) {
+                const char *want = ends[0];
+                for (const char *const *e = ends; *e; e++)
+                    if (!strncmp(*e, "end", 3)) want = *e;
+                return fail(t->line, "unexpected end of template: missing {%% %s %%}", want);
+            }
             return DSP_OK;
         }
         if (t->type == T_DATA) {
@@ -2528,6 +2533,15 @@ static dsp_status get_attr(rt *r, const tv *obj, const char *name, tv *out) {
         }
         break;
     case V_LOOP: return loop_attr(r, obj->u.lp, name, out);
+    case V_INT: case V_FLOAT: case V_BOOL: {
+        static const char *const num_attrs[] = {"real", "imag", "numerator", "denominator",
+                                                "conjugate", "bit_length", "bit_count",
+                                                "is_integer", "hex", "as_integer_ratio",
+                                                "to_bytes", NULL};
+        if (in_list(num_attrs, name))
+            return fail(r->line, "unsupported: attribute '%s' of a number", name);
+        break;
+    }
     default: break;
     }
     if ((obj->t == V_DICT && in_list(DICT_MUTATORS, name)) ||
@@ -3157,6 +3171,13 @@ static dsp_status str_method(rt *r, const tv *s, const char *m, args *a, tv *out
             size_t l;
             uint32_t c = u8_dec(s->u.s.p + i, s->u.s.n - i, &l);
             i += l;
+            if (c >= 0x80 && (!strcmp(m, "islower") || !strcmp(m, "isupper"))) {
+                if (!cp_case_known(c)) return fail(line, "str.%s: U+%04X is not supported", m, c);
+                bool up = cp_lower(c) != c, lo = cp_upper(c) != c;
+                if (m[2] == 'l' ? up : lo) res = false;
+                if (up || lo) cased = true;
+                continue;
+            }
             if (c >= 0x80 && strcmp(m, "isspace"))
                 return fail(line, "str.%s on non-ASCII text is not supported", m);
             bool d = c >= '0' && c <= '9', al = c < 0x80 && cp_is_alpha(c);
