@@ -20,5 +20,6 @@ int dsp_cli_fail(const char *cmd, const char *fmt, ...);
 int dsp_cmd_info(int argc, char **argv);
 int dsp_cmd_tokenize(int argc, char **argv);
 int dsp_cmd_detokenize(int argc, char **argv);
+int dsp_cmd_template(int argc, char **argv);
 
 #endif

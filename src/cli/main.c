@@ -11,6 +11,7 @@ static const dsp_cli_cmd g_cmds[] = {
     {"info", "show a model's architecture, sizes, tensor types and tokenizer", dsp_cmd_info},
     {"tokenize", "print the token ids of a text as a JSON array", dsp_cmd_tokenize},
     {"detokenize", "print the text of token ids", dsp_cmd_detokenize},
+    {"template", "render a chat template with a JSON context (as transformers does)", dsp_cmd_template},
 };
 #define N_CMDS (sizeof g_cmds / sizeof g_cmds[0])
 

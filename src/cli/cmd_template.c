@@ -1,0 +1,130 @@
+/* cli/cmd_template: `dspark template` renders a chat template with a JSON context and prints the
+ * prompt exactly (no newline added). Used by people checking a model's prompt format and by the
+ * jinja2 oracle test (tests/py/test_template.py). */
+#include "cli/cli.h"
+
+#include "core/status.h"
+#include "tok/template.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dspark template -t TEMPLATE_FILE --context CONTEXT.json [--now UNIX_SECONDS]\n\n"
+            "Render a Jinja chat template (the model's tokenizer.chat_template) the way Hugging Face\n"
+            "transformers' apply_chat_template does, and print the prompt to stdout exactly.\n\n"
+            "  -t, --template FILE   the template source (UTF-8)\n"
+            "  -c, --context FILE    JSON object of template variables: messages,\n"
+            "                        add_generation_prompt, bos_token, eos_token, tools,\n"
+            "                        enable_thinking, ... ('-' reads stdin)\n"
+            "      --now SECONDS     pin strftime_now() to this Unix time, formatted in UTC\n"
+            "                        (default: the current local time)\n"
+            "  -h, --help            this help\n\n"
+            "A template error, or raise_exception() in the template, prints the message to stderr\n"
+            "and exits with status 1.\n");
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        dsp_error(DSP_ERR_IO, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            if (cap > ((size_t)256 << 20)) {
+                free(buf);
+                fclose(f);
+                dsp_error(DSP_ERR_RANGE, "%s: file too large", path);
+                return NULL;
+            }
+            char *p = realloc(buf, cap * 2);
+            if (!p) break;
+            buf = p;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        free(buf);
+        dsp_error(DSP_ERR_IO, "%s: read error", path);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+int dsp_cmd_template(int argc, char **argv) {
+    if (dsp_cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    const char *tpath = NULL, *cpath = NULL;
+    dsp_tmpl_render_opts opts = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_val = i + 1 < argc;
+        if ((!strcmp(a, "-t") || !strcmp(a, "--template")) && has_val) tpath = argv[++i];
+        else if ((!strcmp(a, "-c") || !strcmp(a, "--context")) && has_val) cpath = argv[++i];
+        else if (!strcmp(a, "--now") && has_val) {
+            char *end;
+            errno = 0;
+            long long v = strtoll(argv[++i], &end, 10);
+            if (errno || *end || end == argv[i]) return dsp_cli_fail("template", "--now: bad number '%s'", argv[i]);
+            opts.has_now = true;
+            opts.now = v;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            return dsp_cli_fail("template", "-m: reading the template from a GGUF file is not available yet "
+                                            "(needs the GGUF reader); use -t");
+        } else {
+            usage(stderr);
+            return dsp_cli_fail("template", "unknown or incomplete option '%s'", a);
+        }
+    }
+    if (!tpath || !cpath) {
+        usage(stderr);
+        return dsp_cli_fail("template", "need -t TEMPLATE_FILE and --context CONTEXT.json");
+    }
+    size_t tlen;
+    char *src = read_file(tpath, &tlen);
+    if (!src) return dsp_cli_fail("template", "%s", dsp_last_error());
+    json_error_t jerr;
+    json_t *ctx = !strcmp(cpath, "-") ? json_loadf(stdin, JSON_ALLOW_NUL, &jerr)
+                                      : json_load_file(cpath, JSON_ALLOW_NUL, &jerr);
+    if (!ctx) {
+        free(src);
+        return dsp_cli_fail("template", "%s: line %d column %d: %s", cpath, jerr.line, jerr.column, jerr.text);
+    }
+    if (!json_is_object(ctx)) {
+        free(src);
+        json_decref(ctx);
+        return dsp_cli_fail("template", "%s: the context must be a JSON object", cpath);
+    }
+    dsp_tmpl *t = NULL;
+    dsp_status st = dsp_tmpl_create(&t, src, tlen, NULL);
+    free(src);
+    if (st) {
+        json_decref(ctx);
+        return dsp_cli_fail("template", "%s: %s", tpath, dsp_last_error());
+    }
+    char *out = NULL;
+    size_t n = 0;
+    st = dsp_tmpl_render(t, ctx, &opts, &out, &n);
+    dsp_tmpl_destroy(t);
+    json_decref(ctx);
+    if (st) return dsp_cli_fail("template", "%s: %s", tpath, dsp_last_error());
+    size_t w = fwrite(out, 1, n, stdout);
+    free(out);
+    if (w != n || fflush(stdout)) return dsp_cli_fail("template", "write error");
+    return 0;
+}
