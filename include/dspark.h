@@ -117,6 +117,21 @@ dsp_status dsp_detok_stream_feed(dsp_detok_stream *s, int32_t id, const char **t
 dsp_status dsp_detok_stream_flush(dsp_detok_stream *s, const char **text, size_t *len);
 void dsp_detok_stream_destroy(dsp_detok_stream *s);
 
+/* ---- chat templates ---------------------------------------------------------------------- */
+
+/* true if the model file carries tokenizer.chat_template */
+bool dsp_model_has_chat_template(const dsp_model *m);
+/* The template's Jinja source (not NUL-terminated: *len bytes), or NULL if there is none. */
+const char *dsp_model_chat_template(const dsp_model *m, size_t *len);
+/* Render a conversation with the model's chat template (or, when template_src is not NULL, with
+ * that Jinja source instead). context_json is a JSON object: {"messages": [{"role", "content"},
+ * ...], "add_generation_prompt": true, ...any other template variables}; bos_token and eos_token
+ * are filled in from the tokenizer when absent. *out is malloc'd and NUL-terminated. Errors:
+ * DSP_ERR_FORMAT for bad JSON, DSP_ERR_TEMPLATE for template errors (raise_exception included),
+ * DSP_ERR_NOT_FOUND when the model has no template and none is given. */
+dsp_status dsp_chat_render(const dsp_model *m, const char *template_src, const char *context_json, size_t len, char **out,
+                           size_t *out_len);
+
 /* ---- inference -------------------------------------------------------------------------- */
 
 typedef struct dsp_ctx dsp_ctx; /* forward pass, KV pool, threads, sampler scratch for one model */

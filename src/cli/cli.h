@@ -21,5 +21,19 @@ int dsp_cmd_info(int argc, char **argv);
 int dsp_cmd_tokenize(int argc, char **argv);
 int dsp_cmd_detokenize(int argc, char **argv);
 int dsp_cmd_template(int argc, char **argv);
+int dsp_cmd_generate(int argc, char **argv);
+int dsp_cmd_chat(int argc, char **argv);
+
+double dsp_cli_now_ms(void);
+struct dsp_gen_params;
+struct dsp_ctx_params;
+/* Sampling/context options shared by generate, chat (and later serve). Advances *i past a value;
+ * sets *handled when argv[*i] was one of them; returns 2 on a malformed value (message printed). */
+int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, struct dsp_gen_params *gp, int *n_stop, struct dsp_ctx_params *cp,
+                          bool *handled);
+struct dsp_model;
+/* Render [system?, user] with add_generation_prompt; prints the error and returns 1 on failure. */
+int dsp_cli_render_chat(const struct dsp_model *m, const char *template_file, const char *system, const char *user, size_t user_len,
+                        char **out, size_t *out_len);
 
 #endif

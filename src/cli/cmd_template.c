@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 
 #include "core/status.h"
+#include "dspark.h"
 #include "tok/template.h"
 
 #include <errno.h>
@@ -14,10 +15,11 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dspark template -t TEMPLATE_FILE --context CONTEXT.json [--now UNIX_SECONDS]\n\n"
+            "usage: dspark template (-t TEMPLATE_FILE | -m MODEL) --context CONTEXT.json [--now UNIX_SECONDS]\n\n"
             "Render a Jinja chat template (the model's tokenizer.chat_template) the way Hugging Face\n"
             "transformers' apply_chat_template does, and print the prompt to stdout exactly.\n\n"
             "  -t, --template FILE   the template source (UTF-8)\n"
+            "  -m, --model FILE      take the template from a GGUF model's tokenizer.chat_template\n"
             "  -c, --context FILE    JSON object of template variables: messages,\n"
             "                        add_generation_prompt, bos_token, eos_token, tools,\n"
             "                        enable_thinking, ... ('-' reads stdin)\n"
@@ -69,7 +71,7 @@ int dsp_cmd_template(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *tpath = NULL, *cpath = NULL;
+    const char *tpath = NULL, *cpath = NULL, *mpath = NULL;
     dsp_tmpl_render_opts opts = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -83,21 +85,34 @@ int dsp_cmd_template(int argc, char **argv) {
             if (errno || *end || end == argv[i]) return dsp_cli_fail("template", "--now: bad number '%s'", argv[i]);
             opts.has_now = true;
             opts.now = v;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            return dsp_cli_fail("template", "-m: reading the template from a GGUF file is not available yet "
-                                            "(needs the GGUF reader); use -t");
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) {
+            mpath = argv[++i];
         } else {
             usage(stderr);
             return dsp_cli_fail("template", "unknown or incomplete option '%s'", a);
         }
     }
-    if (!tpath || !cpath) {
+    if (!tpath == !mpath || !cpath) {
         usage(stderr);
-        return dsp_cli_fail("template", "need -t TEMPLATE_FILE and --context CONTEXT.json");
+        return dsp_cli_fail("template", "need one of -t TEMPLATE_FILE or -m MODEL, and --context CONTEXT.json");
     }
     size_t tlen;
-    char *src = read_file(tpath, &tlen);
-    if (!src) return dsp_cli_fail("template", "%s", dsp_last_error());
+    char *src;
+    if (mpath) {
+        dsp_model_params mp = dsp_model_default_params();
+        mp.vocab_only = true;
+        dsp_model *m;
+        if (dsp_model_load(mpath, &mp, &m)) return dsp_cli_fail("template", "%s", dsp_last_error());
+        const char *ts = dsp_model_chat_template(m, &tlen);
+        src = ts ? malloc(tlen + 1) : NULL;
+        if (src) memcpy(src, ts, tlen), src[tlen] = '\0';
+        dsp_model_destroy(m);
+        if (!src) return dsp_cli_fail("template", "%s: %s", mpath, ts ? "no memory" : "the model has no chat template");
+        tpath = mpath;
+    } else {
+        src = read_file(tpath, &tlen);
+        if (!src) return dsp_cli_fail("template", "%s", dsp_last_error());
+    }
     json_error_t jerr;
     json_t *ctx = !strcmp(cpath, "-") ? json_loadf(stdin, JSON_ALLOW_NUL, &jerr)
                                       : json_load_file(cpath, JSON_ALLOW_NUL, &jerr);

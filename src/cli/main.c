@@ -8,6 +8,8 @@
 #include <string.h>
 
 static const dsp_cli_cmd g_cmds[] = {
+    {"generate", "generate a completion of a prompt, streamed as it is decoded", dsp_cmd_generate},
+    {"chat", "interactive chat in the terminal", dsp_cmd_chat},
     {"info", "show a model's architecture, sizes, tensor types and tokenizer", dsp_cmd_info},
     {"tokenize", "print the token ids of a text as a JSON array", dsp_cmd_tokenize},
     {"detokenize", "print the text of token ids", dsp_cmd_detokenize},

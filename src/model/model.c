@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include "core/log.h"
+#include "tok/template.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -114,6 +115,7 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
             st = dsp_tok_create_from_gguf(m->gguf, &m->tok);
             if (!st) find_eog(m);
         }
+        if (!st) st = dsp_model_load_chat_template(m);
         if (!st && !params->vocab_only) {
             st = dsp_arch_load_hparams(m->gguf, &m->hp);
             if (!st) st = dsp_arch_bind_weights(m->gguf, &m->hp, &m->w);
@@ -133,6 +135,7 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
 void dsp_model_destroy(dsp_model *m) {
     if (!m) return;
     dsp_tok_destroy(m->tok);
+    dsp_tmpl_destroy(m->tmpl);
     dsp_arch_free_weights(&m->w);
     dsp_gguf_destroy(m->gguf);
     free(m->path);

@@ -15,6 +15,9 @@ struct dsp_model {
     dsp_gguf *gguf;
     dsp_model_info info; /* filled once at load */
     dsp_tok *tok;        /* NULL if the file has no tokenizer */
+    struct dsp_tmpl *tmpl; /* parsed tokenizer.chat_template; NULL if absent or unparsable */
+    bool has_chat_template;
+    char tmpl_error[512]; /* why tmpl is NULL although the file has a template */
     int32_t eog[DSP_MAX_EOG]; /* end-of-generation tokens: eos, eot, eom, <|im_end|>, ... */
     int n_eog;
     bool has_weights;    /* false when loaded vocab-only */
@@ -22,5 +25,8 @@ struct dsp_model {
     dsp_weights w;
     char *arch, *name, *tok_model, *tok_pre; /* NUL-terminated copies for info */
 };
+
+/* parse tokenizer.chat_template if present (chat.c) */
+dsp_status dsp_model_load_chat_template(dsp_model *m);
 
 #endif
