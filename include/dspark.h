@@ -162,6 +162,16 @@ typedef struct dsp_logit_bias {
     float bias;             /* [-100, 100] */
 } dsp_logit_bias;
 
+#define DSP_MAX_DRAFT 32        /* longest draft verified in one round */
+
+/* How tokens are proposed for verification (speculative decoding; always lossless). */
+typedef enum dsp_spec_mode {
+    DSP_SPEC_BASELINE = 0,  /* no speculation: one token per forward */
+    DSP_SPEC_LOOKUP,        /* prompt lookup: n-gram matches in prompt + output, no drafter model */
+    DSP_SPEC_AUTO,          /* the best available for the model (today: lookup) */
+} dsp_spec_mode;
+const char *dsp_spec_mode_to_string(dsp_spec_mode m); /* "baseline", "lookup", "auto" */
+
 typedef struct dsp_gen_params {
     int32_t max_tokens;         /* tokens to generate at most (> 0) */
     float temperature;          /* 0 = greedy */
@@ -178,6 +188,9 @@ typedef struct dsp_gen_params {
     const char *stop[DSP_MAX_STOP]; /* stop strings (NULL-terminated list, at most 4) */
     bool ignore_eos;            /* keep going past end-of-generation tokens */
     int32_t logprobs;           /* -1: none; 0..20: chosen token + that many alternatives */
+    dsp_spec_mode mode;         /* speculation (default baseline in the library; the CLI uses auto) */
+    int32_t max_draft;          /* drafted tokens verified per round at most, 1..DSP_MAX_DRAFT */
+    int32_t lookup_min_n, lookup_max_n; /* n-gram sizes for prompt lookup (defaults 2 and 4) */
 } dsp_gen_params;
 
 dsp_gen_params dsp_gen_default_params(void);
@@ -216,6 +229,11 @@ typedef struct dsp_gen_result {
     size_t n_cached;        /* of which reused from the sequence's cache */
     size_t n_generated;     /* sampled tokens (an end-of-generation token counts) */
     double prefill_ms, decode_ms;
+    /* speculation statistics (all zero for baseline) */
+    size_t n_rounds;        /* decode rounds (target forwards after prefill) */
+    size_t n_drafted;       /* draft tokens proposed and verified */
+    size_t n_accepted;      /* of which accepted */
+    size_t accept_hist[DSP_MAX_DRAFT + 2]; /* rounds that emitted k tokens (accepted + 1), k = 0..DSP_MAX_DRAFT+1 */
 } dsp_gen_result;
 
 /* Generate a continuation of prompt (the sequence's whole token list, e.g. a rendered chat) on

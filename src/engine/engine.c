@@ -128,7 +128,20 @@ dsp_gen_params dsp_gen_default_params(void) {
     p.repetition_penalty = 1.0f;
     p.repetition_last_n = 64;
     p.logprobs = -1;
+    p.mode = DSP_SPEC_BASELINE;
+    p.max_draft = 4;
+    p.lookup_min_n = 2;
+    p.lookup_max_n = 4;
     return p;
+}
+
+const char *dsp_spec_mode_to_string(dsp_spec_mode m) {
+    switch (m) {
+    case DSP_SPEC_BASELINE: return "baseline";
+    case DSP_SPEC_LOOKUP: return "lookup";
+    case DSP_SPEC_AUTO: return "auto";
+    }
+    return "unknown";
 }
 
 const char *dsp_finish_to_string(dsp_finish f) {
