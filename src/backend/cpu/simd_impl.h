@@ -296,7 +296,51 @@ AI void decode(const uint32_t type, const uint8_t *row, int64_t s, vf *w) {
         for (int g = 0; g < NG; g++)
             w[g] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 16 * g))), 16));
 #endif
-    } else if (type == DSP_Q4_0) {
+    }
+#if VW == 16
+    /* AVX-512: 4- and 5-bit quants through a table of their 16 (32) possible values, built per
+     * block with the reference's own operations (so still bit-exact), then one vpermps per 16
+     * weights instead of convert + multiply + add */
+    else if (type == DSP_Q4_0 || type == DSP_Q4_1) {
+        const int q41 = type == DSP_Q4_1;
+        const uint8_t *b = row + (q41 ? 20 : 18) * s;
+        uint32_t dm;
+        memcpy(&dm, b, q41 ? 4 : 2);
+        if (!q41) dm &= 0xFFFF;
+        const __m512 h = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dm)));
+        const __m512 d = _mm512_permutexvar_ps(_mm512_setzero_si512(), h);
+        const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        __m512 tab;
+        if (q41) tab = _mm512_add_ps(_mm512_mul_ps(d, iota), _mm512_permutexvar_ps(_mm512_set1_epi32(1), h)); /* d * q + m */
+        else tab = _mm512_mul_ps(d, _mm512_sub_ps(iota, _mm512_set1_ps(8.0f)));                             /* d * (q - 8) */
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + (q41 ? 4 : 2))));
+        w[0] = _mm512_permutexvar_ps(q, tab); /* vpermps reads the low 4 bits of each index */
+        w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tab);
+    } else if (type == DSP_Q4_K || type == DSP_Q5_K) {
+        const int q5 = type == DSP_Q5_K;
+        const uint8_t *b = row + (q5 ? 176 : 144) * (s / 8);
+        const int j = (int)(s % 8);
+        uint8_t sc, mn;
+        dsp_quant_scale_min_k4(b + 4, j, &sc, &mn);
+        const __m512 dj = _mm512_set1_ps(h2f(b) * (float)sc), mj = _mm512_set1_ps(h2f(b + 2) * (float)mn);
+        const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512 tab = _mm512_sub_ps(_mm512_mul_ps(dj, iota), mj); /* dj * q - mj */
+        const uint8_t *qs = b + (q5 ? 48 : 16) + 32 * (j / 2);
+        for (int g = 0; g < 2; g++) {
+            __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16 * g)));
+            q = j % 2 ? _mm512_srli_epi32(q, 4) : _mm512_and_si512(q, _mm512_set1_epi32(0x0F));
+            if (q5) {
+                const __m512 tab_hi = _mm512_sub_ps(_mm512_mul_ps(dj, _mm512_add_ps(iota, _mm512_set1_ps(16.0f))), mj);
+                __m512i qh = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + 16 + 16 * g)));
+                qh = _mm512_and_si512(_mm512_srli_epi32(qh, (unsigned)j), _mm512_set1_epi32(1));
+                w[g] = _mm512_permutex2var_ps(tab, _mm512_or_si512(q, _mm512_slli_epi32(qh, 4)), tab_hi);
+            } else {
+                w[g] = _mm512_permutexvar_ps(q, tab);
+            }
+        }
+    }
+#endif
+    else if (type == DSP_Q4_0) {
         const uint8_t *b = row + 18 * s;
         const vf d = vset1(h2f(b));
         u8_to_vf(nibbles16(b + 2), w);
