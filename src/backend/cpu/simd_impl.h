@@ -412,6 +412,20 @@ AI void ftile(const uint32_t type, const int WR, const int XR, const uint8_t *co
             for (int g = 0; g < NG; g++) acc[k][i][g] = vzero();
     const int64_t S = n / 32;
     const int rem = (int)(n % 32);
+    if (type == DSP_F32 && WR > 1) {
+        /* scratch (pre-dequantized) rows: hold the activations in registers across the weight rows,
+         * so a step costs (WR + XR) * NG loads for WR * XR * NG FMAs */
+        for (int64_t s = 0; s < S; s++) {
+            vf xv[MAXX][NG];
+            for (int i = 0; i < XR; i++)
+                for (int g = 0; g < NG; g++) xv[i][g] = vload(x + i * ldx + 32 * s + VW * g);
+            for (int k = 0; k < WR; k++)
+                for (int g = 0; g < NG; g++) {
+                    vf wv = vload((const float *)w[k] + 32 * s + VW * g);
+                    for (int i = 0; i < XR; i++) acc[k][i][g] = vfma(wv, xv[i][g], acc[k][i][g]);
+                }
+        }
+    } else
     for (int64_t s = 0; s < S; s++) {
         for (int k = 0; k < WR; k++) {
             vf wv[NG];
@@ -457,7 +471,7 @@ AI void ftile(const uint32_t type, const int WR, const int XR, const uint8_t *co
         switch (wr * 16 + xr) {                                                                                                \
             FTC(T, 1, 1) FTC(T, 2, 1) FTC(T, 3, 1) FTC(T, 4, 1) FTC(T, 1, 2) FTC(T, 2, 2) FTC(T, 3, 2) FTC(T, 4, 2)             \
             FTC(T, 1, 3) FTC(T, 1, 4) FTC(T, 1, 5) FTC(T, 1, 6) FTC(T, 1, 7) FTC(T, 1, 8) FTC(T, 1, 9) FTC(T, 1, 10)            \
-            FTC(T, 1, 11) FTC(T, 1, 12)                                                                                         \
+            FTC(T, 1, 11) FTC(T, 1, 12) FTC(T, 2, 3) FTC(T, 3, 3) FTC(T, 2, 4)                                                   \
         default: break;                                                                                                        \
         }                                                                                                                      \
     }
@@ -497,7 +511,11 @@ static float k_dot(const float *a, const float *b, int64_t n) {
 /* ---- matmul ----------------------------------------------------------------------------------- */
 
 #define XB 64          /* activation rows per block: a block stays in L2 while a chunk of weight rows runs over it */
-#define FUSED_MAX_X 16 /* up to this many activation rows, decode weights in registers (no scratch round trip) */
+#define FUSED_MAX_X 16
+#ifndef MM_TW
+#define MM_TW 4
+#define MM_TX 2
+#endif /* up to this many activation rows, decode weights in registers (no scratch round trip) */
 
 /* Two paths with identical results (the same dequantized values in the same 32-lane order):
  * few activation rows (decode, verify blocks): weights are decoded in registers per tile, each
@@ -514,7 +532,9 @@ static void k_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t in,
      * MAXX activation rows, balanced (9 rows: one tile of 9; 17: 9 + 8) */
     int tx = n_x < 2 ? 1 : 2, tw = MAXW;
     if (tx > MAXX) tx = MAXX;
-    if (n_x > 2 && MAXX > 2) {
+    if (!fused && n_x > 2 && MAXX > 2) {
+        tw = MM_TW, tx = MM_TX; /* scratch rows: square-ish tiles reuse loads both ways */
+    } else if (n_x > 2 && MAXX > 2) {
         int nt = (n_x + MAXX - 1) / MAXX;
         tx = (n_x + nt - 1) / nt;
         tw = 1;
