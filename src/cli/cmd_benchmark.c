@@ -125,6 +125,23 @@ static double mem_bandwidth(size_t mib, int n_threads) {
     return median(gbs, 5);
 }
 
+/* 1-minute load average, or -1 */
+static double loadavg1(void) {
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec + ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
+}
+
 /* bytes of weights a one-token forward reads: every layer matrix and norm, the output matrix and
  * the final norm (one embedding row is negligible and ignored) */
 static uint64_t weight_bytes_per_token(const dsp_model *m) {
@@ -149,30 +166,37 @@ typedef struct bench {
     float *logits; /* (VERIFY_MAX_K + 1, n_vocab) */
 } bench;
 
-/* one forward of n tokens at positions start.. of s (truncated to start first); ms */
-static double forward_ms(bench *b, dsp_kv_seq *s, uint32_t start, int n, int n_logits) {
+/* one forward of n tokens at positions start.. of s (truncated to start first); wall ms, and the
+ * process CPU ms in *cpu_ms (on a busy machine the CPU time, at 1 thread, is what the work costs) */
+static double forward_ms(bench *b, dsp_kv_seq *s, uint32_t start, int n, int n_logits, double *cpu_ms) {
     dsp_kv_seq_truncate(dsp_fwd_kv(b->f), s, start);
     for (int i = 0; i < n; i++) b->pos[i] = (int32_t)start + i, b->seq0[i] = 0, b->rows[i] = n - n_logits + i;
     dsp_batch bt = {n, b->tokens + start, b->seq0, b->pos, n_logits, b->rows, 0, NULL};
     dsp_kv_seq *seqs[1] = {s};
-    double t0 = dsp_cli_now_ms();
+    double t0 = dsp_cli_now_ms(), c0 = cpu_seconds();
     dsp_status st = dsp_fwd_run(b->f, seqs, 1, &bt, b->logits, NULL);
     double ms = dsp_cli_now_ms() - t0;
+    if (cpu_ms) *cpu_ms = (cpu_seconds() - c0) * 1e3;
     return st ? -1 : ms;
 }
 
 typedef struct dec_result {
-    double tok_s;
+    double tok_s, tok_cpu_s; /* per wall second, per CPU second */
     dsp_gen_result res;
 } dec_result;
 
 static int decode_once(dsp_ctx *c, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *gp, dec_result *out) {
     dsp_seq *s = NULL;
     if (dsp_seq_create(c, &s)) return 1;
+    const double c0 = cpu_seconds();
     dsp_status st = dsp_generate(c, s, prompt, n_prompt, gp, NULL, NULL, &out->res);
+    const double cpu = cpu_seconds() - c0;
     dsp_seq_destroy(s);
     if (st) return 1;
     out->tok_s = out->res.decode_ms > 0 ? (double)out->res.n_generated / (out->res.decode_ms / 1e3) : 0;
+    /* the prefill of the short prompt is inside cpu; take its share out by wall-time proportion */
+    const double wall = out->res.prefill_ms + out->res.decode_ms;
+    out->tok_cpu_s = cpu > 0 && wall > 0 ? (double)out->res.n_generated / (cpu * out->res.decode_ms / wall) : 0;
     return 0;
 }
 
@@ -237,6 +261,9 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         goto out;
     }
     if (!json) fprintf(stderr, "dspark benchmark: %s, %d threads, %d repeats\n", model, threads, repeat);
+    /* how busy the machine is: the load average before we start, and the share of `threads` CPUs
+     * this process got while measuring (well below 1 = other processes took the cores) */
+    const double load0 = loadavg1(), cpu0 = cpu_seconds(), wall0 = dsp_cli_now_ms();
 
     /* decode, through the public API */
     dsp_ctx_params cp = dsp_ctx_default_params();
@@ -258,7 +285,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     gp.ignore_eos = true;
     gp.mode = mode;
     if (max_draft > 0) gp.max_draft = max_draft;
-    double dec[64];
+    double dec[64], dec_cpu[64];
     dec_result dr;
     if (decode_once(c, ids, n_ids, &gp, &dr)) { /* warm-up */
         dsp_cli_fail("benchmark", "decode: %s", dsp_last_error());
@@ -270,6 +297,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
             goto out;
         }
         dec[r] = dr.tok_s;
+        dec_cpu[r] = dr.tok_cpu_s;
     }
     dsp_ctx_destroy(c);
     c = NULL;
@@ -299,15 +327,19 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     }
     dsp_kv_seq s;
     if (dsp_fwd_seq_init(b->f, &s)) goto out;
-    double pre[64], ver[VERIFY_MAX_K + 1][64];
-    forward_ms(b, &s, 0, PREFILL_TOKENS, 1); /* warm-up */
-    for (int r = 0; r < repeat; r++) pre[r] = PREFILL_TOKENS / (forward_ms(b, &s, 0, PREFILL_TOKENS, 1) / 1e3);
-    forward_ms(b, &s, 0, VERIFY_PREFIX, 1);
-    for (int k = 0; k <= VERIFY_MAX_K; k++) forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k); /* warm-up */
+    double pre[64], pre_cpu[64], ver[VERIFY_MAX_K + 1][64], ver_cpu[VERIFY_MAX_K + 1][64], cms;
+    forward_ms(b, &s, 0, PREFILL_TOKENS, 1, NULL); /* warm-up */
+    for (int r = 0; r < repeat; r++) {
+        pre[r] = PREFILL_TOKENS / (forward_ms(b, &s, 0, PREFILL_TOKENS, 1, &cms) / 1e3);
+        pre_cpu[r] = PREFILL_TOKENS / (cms / 1e3);
+    }
+    forward_ms(b, &s, 0, VERIFY_PREFIX, 1, NULL);
+    for (int k = 0; k <= VERIFY_MAX_K; k++) forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, NULL); /* warm-up */
     for (int r = 0; r < repeat; r++) /* interleave k within a repeat: drifts in machine load hit all k alike */
-        for (int k = 0; k <= VERIFY_MAX_K; k++) ver[k][r] = forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k);
+        for (int k = 0; k <= VERIFY_MAX_K; k++) ver[k][r] = forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, &ver_cpu[k][r]);
     dsp_kv_seq_free(dsp_fwd_kv(b->f), &s);
 
+    const double cpu_share = (cpu_seconds() - cpu0) / ((dsp_cli_now_ms() - wall0) / 1e3 * threads);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double peak_rss_mb = (double)ru.ru_maxrss / 1024.0; /* before the bandwidth test's buffer */
@@ -319,33 +351,41 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     cpu_model(cpu, sizeof cpu);
     const char *isa = dsp_cpu_ops_best()->name;
     double dec_med = median(dec, repeat), pre_med = median(pre, repeat), ver_med[VERIFY_MAX_K + 1];
-    for (int k = 0; k <= VERIFY_MAX_K; k++) ver_med[k] = median(ver[k], repeat);
+    double ver_cpu_med[VERIFY_MAX_K + 1], pre_cpu_med = median(pre_cpu, repeat), dec_cpu_med = median(dec_cpu, repeat);
+    for (int k = 0; k <= VERIFY_MAX_K; k++) ver_med[k] = median(ver[k], repeat), ver_cpu_med[k] = median(ver_cpu[k], repeat);
     if (json) {
         printf("{\"schema\": \"dspark.benchmark/1\", \"model\": \"");
         for (const char *p = model; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
         printf("\", \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\", \"isa_supported\": \"%s\", \"threads\": %d, \"git_commit\": \"%s\", "
-               "\"mem_bw_gb_s\": %.2f}, \"repeat\": %d",
-               cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT, bw, repeat);
-        printf(", \"prefill\": {\"n_tokens\": %d, \"tok_s\": %.2f, \"runs\": [", PREFILL_TOKENS, pre_med);
+               "\"mem_bw_gb_s\": %.2f, \"loadavg_1m\": %.2f, \"cpu_share\": %.2f}, \"repeat\": %d",
+               cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT, bw, load0, cpu_share, repeat);
+        printf(", \"prefill\": {\"n_tokens\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [", PREFILL_TOKENS, pre_med, pre_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", pre[r]);
-        printf("]}, \"decode\": {\"n_tokens\": %d, \"mode\": \"%s\", \"max_draft\": %d, \"tok_s\": %.2f, \"runs\": [", DECODE_TOKENS,
-               dsp_spec_mode_to_string(mode), gp.max_draft, dec_med);
+        printf("]}, \"decode\": {\"n_tokens\": %d, \"mode\": \"%s\", \"max_draft\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [",
+               DECODE_TOKENS, dsp_spec_mode_to_string(mode), gp.max_draft, dec_med, dec_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", dec[r]);
         printf("], \"rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu}", dr.res.n_rounds, dr.res.n_drafted, dr.res.n_accepted);
         printf(", \"verify\": {\"prefix\": %d, \"ms\": [", VERIFY_PREFIX);
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_med[k]);
         printf("], \"rel\": [");
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_med[k] / ver_med[0]);
+        printf("], \"cpu_ms\": [");
+        for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_cpu_med[k]);
+        printf("], \"cpu_rel\": [");
+        for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_cpu_med[k] / ver_cpu_med[0]);
         printf("]}, \"roofline\": {\"weight_bytes_per_token\": %llu, \"tok_s\": %.2f, \"decode_fraction\": %.3f}, \"peak_rss_mb\": %.1f}\n",
                (unsigned long long)wbytes, roof, roof > 0 ? dec_med / roof : 0, peak_rss_mb);
     } else {
         printf("machine   %s, kernels %s (supported: %s), %d threads, commit %s\n", cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT);
+        printf("load      load average %.2f before; this process got %.0f%% of %d CPUs while measuring\n", load0, 100 * cpu_share, threads);
         printf("memory    %.2f GB/s streaming read; weights %.1f MB per token -> roofline %.1f tok/s\n", bw, (double)wbytes / 1e6, roof);
-        printf("prefill   %.1f tok/s (%d tokens, median of %d)\n", pre_med, PREFILL_TOKENS, repeat);
-        printf("decode    %.1f tok/s (%d tokens, mode %s, median of %d) = %.0f%% of the roofline\n", dec_med, DECODE_TOKENS,
-               dsp_spec_mode_to_string(mode), repeat, roof > 0 ? 100 * dec_med / roof : 0);
+        printf("prefill   %.1f tok/s (%d tokens, median of %d); %.1f tok per CPU second\n", pre_med, PREFILL_TOKENS, repeat, pre_cpu_med);
+        printf("decode    %.1f tok/s (%d tokens, mode %s, median of %d) = %.0f%% of the roofline; %.1f tok per CPU second\n", dec_med,
+               DECODE_TOKENS, dsp_spec_mode_to_string(mode), repeat, roof > 0 ? 100 * dec_med / roof : 0, dec_cpu_med);
         printf("verify    1+k tokens after %d, time relative to k = 0 (%.2f ms):\n         ", VERIFY_PREFIX, ver_med[0]);
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_med[k] / ver_med[0]);
+        printf("\n          in CPU time (%.2f ms):\n         ", ver_cpu_med[0]);
+        for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_cpu_med[k] / ver_cpu_med[0]);
         printf("\npeak RSS  %.1f MB\n", peak_rss_mb);
     }
     rc = 0;

@@ -501,6 +501,28 @@ static ftile_fn fused_for(uint32_t type) {
     }
 }
 
+/* dequantize a row into scratch with the register decoder (same values as k_dequant_row) */
+AI void deq_by_decode(const uint32_t type, const uint8_t *row, float *dst, int64_t n) {
+    for (int64_t s = 0; s < n / 32; s++) {
+        vf w[NG];
+        decode(type, row, s, w);
+        for (int g = 0; g < NG; g++) vstore(dst + 32 * s + VW * g, w[g]);
+    }
+}
+static void scratch_dequant(uint32_t type, const uint8_t *row, float *dst, int64_t n) {
+    switch (type) {
+#if VW == 16
+    case DSP_Q4_0: deq_by_decode(DSP_Q4_0, row, dst, n); break;
+    case DSP_Q4_1: deq_by_decode(DSP_Q4_1, row, dst, n); break;
+    case DSP_Q8_0: deq_by_decode(DSP_Q8_0, row, dst, n); break;
+    case DSP_Q4_K: deq_by_decode(DSP_Q4_K, row, dst, n); break;
+    case DSP_Q5_K: deq_by_decode(DSP_Q5_K, row, dst, n); break;
+    case DSP_Q6_K: deq_by_decode(DSP_Q6_K, row, dst, n); break;
+#endif
+    default: k_dequant_row(type, row, dst, n); break;
+    }
+}
+
 static float k_dot(const float *a, const float *b, int64_t n) {
     float y;
     const uint8_t *w = (const uint8_t *)a;
@@ -511,7 +533,9 @@ static float k_dot(const float *a, const float *b, int64_t n) {
 /* ---- matmul ----------------------------------------------------------------------------------- */
 
 #define XB 64          /* activation rows per block: a block stays in L2 while a chunk of weight rows runs over it */
+#ifndef FUSED_MAX_X
 #define FUSED_MAX_X 16
+#endif
 #ifndef MM_TW
 #define MM_TW 4
 #define MM_TX 2
@@ -547,7 +571,7 @@ static void k_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t in,
                 rows[r - c0] = src;
             } else {
                 float *d = scratch + (r - c0) * stride;
-                k_dequant_row(type, src, d, in);
+                scratch_dequant(type, src, d, in);
                 rows[r - c0] = (const uint8_t *)d;
             }
         }
