@@ -429,7 +429,7 @@ AI void ftile(const uint32_t type, const int WR, const int XR, const uint8_t *co
     for (int64_t s = 0; s < S; s++) {
         for (int k = 0; k < WR; k++) {
             vf wv[NG];
-            /* the next tile's rows lie pf bytes on: short rows defeat the hardware prefetcher */
+            /* PF_ROWS weight rows ahead: short rows defeat the hardware prefetcher */
             if (pf) _mm_prefetch((const char *)w[k] + s * (type == DSP_F32 ? 128 : (int64_t)row_bytes_of(type, 32)) + pf, _MM_HINT_T0);
             decode(type, w[k], s, wv);
             for (int i = 0; i < XR; i++)
@@ -532,6 +532,7 @@ static float k_dot(const float *a, const float *b, int64_t n) {
 
 /* ---- matmul ----------------------------------------------------------------------------------- */
 
+#define PF_ROWS 8 /* software prefetch distance in weight rows (a decode tile is 1-4 rows: short rows defeat the hardware prefetcher) */
 #define XB 64          /* activation rows per block: a block stays in L2 while a chunk of weight rows runs over it */
 #ifndef FUSED_MAX_X
 #define FUSED_MAX_X 16
@@ -582,7 +583,7 @@ static void k_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t in,
                 for (int i = i0; i < i1; i += tx) {
                     const int xr = i1 - i < tx ? i1 - i : tx;
                     /* fused and the first activation tile: prefetch the next weight tile */
-                    const int64_t pf = fused && i == i0 ? (int64_t)row_bytes * wr : 0;
+                    const int64_t pf = fused && i == i0 ? (int64_t)row_bytes * PF_ROWS : 0;
                     ft(wr, xr, rows + (r - c0), x + (size_t)i * ldx, ldx, in, y + (size_t)i * ldy + r, ldy, pf);
                 }
             }
