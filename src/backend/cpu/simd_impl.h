@@ -12,10 +12,14 @@
  *  - exp is a polynomial (about 2 ulp), so softmax/SwiGLU differ from the libm reference by
  *    rounding, and AVX2 vs AVX-512 may differ there too.
  *
- * Matmul: weights are dequantized DSP_CPU_MM_ROWS rows at a time into the caller's scratch
- * (L1/L2-resident) and every activation row is run against them in register tiles of
- * MAXW weight rows x MAXX activation rows, so each weight byte is read from memory once per call
- * whatever the batch. */
+ * Matmul, two paths with bit-identical results (same dequantized values, same lane order):
+ *  - up to FUSED_MAX_X activation rows (decode, 1+k verify blocks): each 32-weight step of a
+ *    weight row is decoded in registers (decode()) and used for every activation row of the
+ *    tile: 4 weight rows x 1-2 activation rows, or 1 weight row x up to MAXX rows, so a weight
+ *    byte comes from memory once per call and is decoded once per tile;
+ *  - more rows (prefill): DSP_CPU_MM_ROWS weight rows are dequantized once into the caller's
+ *    scratch (L1/L2-resident) and run as F32 in square-ish tiles, activation rows in blocks of XB.
+ * Software prefetch runs PF_ROWS weight rows ahead of the decode path. */
 #include "backend/cpu/ops.h"
 #include "core/dtype.h"
 #include "core/quant.h"
