@@ -65,7 +65,10 @@ static inline __m256 to8(const vf *p) {
 typedef __m256 vf;
 #define VW 8
 #define MAXW 2
-#define MAXX 1
+#define MAXX 2
+#define FUSED_MAX_X 2 /* 16 registers: 2 activation rows at most per decoded weight step */
+#define MM_TW 2
+#define MM_TX 1
 #define ISA_NAME "avx2"
 #define OPS_NAME dsp_cpu_ops_avx2
 static inline vf vzero(void) { return _mm256_setzero_ps(); }
@@ -542,7 +545,7 @@ static float k_dot(const float *a, const float *b, int64_t n) {
 #define FUSED_MAX_X 16
 #endif
 #ifndef MM_TW
-#define MM_TW 4
+#define MM_TW 4 /* scratch-path tile: weight rows x activation rows */
 #define MM_TX 2
 #endif /* up to this many activation rows, decode weights in registers (no scratch round trip) */
 
@@ -557,16 +560,17 @@ static void k_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t in,
     const int fused = ft && n_x <= FUSED_MAX_X;
     if (!fused) ft = ftile_DSP_F32;
     const uint8_t *rows[DSP_CPU_MM_ROWS];
-    /* register tile: up to 4 weight rows x 1-2 activation rows; for more rows one weight row x up to
-     * MAXX activation rows, balanced (9 rows: one tile of 9; 17: 9 + 8) */
-    int tx = n_x < 2 ? 1 : 2, tw = MAXW;
-    if (tx > MAXX) tx = MAXX;
-    if (!fused && n_x > 2 && MAXX > 2) {
-        tw = MM_TW, tx = MM_TX; /* scratch rows: square-ish tiles reuse loads both ways */
-    } else if (n_x > 2 && MAXX > 2) {
-        int nt = (n_x + MAXX - 1) / MAXX;
-        tx = (n_x + nt - 1) / nt;
-        tw = 1;
+    /* register tile. Decode path: up to MAXW weight rows x 1-2 activation rows (AVX2: 1 x 2, its 16
+     * registers hold no more), or 1 weight row x up to MAXX activation rows, balanced (9 rows:
+     * one tile of 9; 17: 9 + 8). Scratch path: MM_TW x MM_TX. */
+    int tx, tw;
+    if (!fused) {
+        tw = MM_TW, tx = MM_TX;
+    } else if (n_x <= 2) {
+        tx = n_x, tw = NG == 4 && n_x == 2 ? 1 : MAXW;
+    } else {
+        const int nt = (n_x + MAXX - 1) / MAXX;
+        tx = (n_x + nt - 1) / nt, tw = 1;
     }
     for (int64_t c0 = r0; c0 < r1; c0 += DSP_CPU_MM_ROWS) {
         const int64_t c1 = c0 + DSP_CPU_MM_ROWS < r1 ? c0 + DSP_CPU_MM_ROWS : r1;
