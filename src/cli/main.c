@@ -14,6 +14,7 @@ static const dsp_cli_cmd g_cmds[] = {
     {"tokenize", "print the token ids of a text as a JSON array", dsp_cmd_tokenize},
     {"detokenize", "print the text of token ids", dsp_cmd_detokenize},
     {"template", "render a chat template with a JSON context (as transformers does)", dsp_cmd_template},
+    {"benchmark", "measure prefill, decode and the verify cost curve of a model on this machine", dsp_cmd_benchmark},
 };
 #define N_CMDS (sizeof g_cmds / sizeof g_cmds[0])
 

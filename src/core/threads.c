@@ -2,6 +2,7 @@
 #include "core/threads.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,20 +15,34 @@ typedef struct worker {
     int idx;
 } worker;
 
+/* Hand-off: a run publishes its job and bumps `gen`; idle workers spin on `gen` for a while (a
+ * forward issues hundreds of runs a few microseconds apart, and a condition-variable wake-up costs
+ * tens of microseconds on a VM), then sleep on the condition variable. The caller spins until
+ * `active` reaches 0: workers are running by then, so that wait is short. */
+#define SPIN_ITERS_DEFAULT 200 /* a few microseconds of pause instructions before a worker sleeps: longer spins win on an idle machine and lose badly on a busy one */
+
 struct dsp_pool {
     int n;                 /* threads including the caller */
+    int spin;              /* SPIN_ITERS_DEFAULT, or DSP_POOL_SPIN from the environment (0 = sleep at once) */
     worker *w;             /* n - 1 workers */
     pthread_mutex_t mu;
-    pthread_cond_t cv_start, cv_done;
-    unsigned long gen;     /* bumped per run */
-    bool stop;
-    /* current job */
+    pthread_cond_t cv_start;
+    atomic_ulong gen;      /* bumped per run */
+    atomic_bool stop;
+    atomic_int sleepers;   /* workers blocked (or about to block) on cv_start */
+    /* current job (written before gen is bumped, read after it is seen) */
     dsp_task_fn fn;
     void *ctx;
     int n_tasks;
     atomic_int next;
-    int active;            /* workers still inside the current job */
+    atomic_int active;     /* workers still inside the current job */
 };
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void work(dsp_pool *p, int thread) {
     for (;;) {
@@ -41,17 +56,20 @@ static void *worker_main(void *arg) {
     worker *w = arg;
     dsp_pool *p = w->pool;
     unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (p->gen == seen && !p->stop) pthread_cond_wait(&p->cv_start, &p->mu);
-        if (p->stop) break;
-        seen = p->gen;
-        pthread_mutex_unlock(&p->mu);
+        for (int i = 0; i < p->spin && atomic_load(&p->gen) == seen && !atomic_load(&p->stop); i++) cpu_relax();
+        if (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) {
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv_start, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop)) break;
+        seen = atomic_load(&p->gen);
         work(p, w->idx);
-        pthread_mutex_lock(&p->mu);
-        if (--p->active == 0) pthread_cond_signal(&p->cv_done);
+        atomic_fetch_sub(&p->active, 1);
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -61,10 +79,15 @@ dsp_status dsp_pool_create(int n_threads, dsp_pool **out) {
     dsp_pool *p = calloc(1, sizeof *p);
     if (!p) return dsp_error(DSP_ERR_NOMEM, "no memory for the thread pool");
     p->n = n_threads;
+    const char *sp = getenv("DSP_POOL_SPIN");
+    p->spin = sp && *sp ? atoi(sp) : SPIN_ITERS_DEFAULT;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_start, NULL);
-    pthread_cond_init(&p->cv_done, NULL);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->stop, false);
+    atomic_init(&p->sleepers, 0);
     atomic_init(&p->next, 0);
+    atomic_init(&p->active, 0);
     if (n_threads > 1) {
         p->w = calloc((size_t)n_threads - 1, sizeof *p->w);
         if (!p->w) {
@@ -88,13 +111,12 @@ dsp_status dsp_pool_create(int n_threads, dsp_pool **out) {
 void dsp_pool_destroy(dsp_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->stop = true;
+    atomic_store(&p->stop, true);
     pthread_cond_broadcast(&p->cv_start);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n - 1; i++) pthread_join(p->w[i].th, NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv_start);
-    pthread_cond_destroy(&p->cv_done);
     free(p->w);
     free(p);
 }
@@ -107,19 +129,22 @@ void dsp_pool_run(dsp_pool *p, int n_tasks, dsp_task_fn fn, void *ctx) {
         for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     atomic_store(&p->next, 0);
-    p->active = p->n - 1;
-    p->gen++;
-    pthread_cond_broadcast(&p->cv_start);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->active, p->n - 1);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: a worker either sees it or is counted in sleepers */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv_start);
+        pthread_mutex_unlock(&p->mu);
+    }
     work(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->active > 0) pthread_cond_wait(&p->cv_done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (unsigned i = 0; atomic_load(&p->active) > 0; i++) {
+        cpu_relax();
+        if (i > (unsigned)p->spin / 16) sched_yield(); /* a worker may be descheduled (busy machine): let it run */
+    }
 }
 
 int dsp_physical_cores(void) {

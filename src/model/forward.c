@@ -22,6 +22,7 @@ struct dsp_fwd {
     const dsp_hparams *hp;
     const dsp_weights *w;
     dsp_pool *pool;
+    const dsp_cpu_ops *ops; /* kernels for this CPU, chosen once */
     dsp_kv_pool kv;
     int max_tokens;
     uint32_t n_ctx;
@@ -30,8 +31,9 @@ struct dsp_fwd {
     /* activations, (max_tokens, width) */
     float *x, *h, *q, *k, *v, *att, *gate, *up, *rope_cs;
     /* per thread */
-    float *wrow;       /* (n_threads, max_in) dequantized weight row */
-    float *scores;     /* (n_threads, n_ctx) attention scores */
+    float *wrow;       /* (n_threads, DSP_CPU_MM_ROWS, mm_stride) dequantized weight rows, 64-byte aligned */
+    size_t wrow_per_thread;
+    float *scores;     /* (n_threads, heads per kv head, n_ctx) attention scores */
     int32_t *seq_first; /* per-batch scratch: first row of each seq (sized at run by n_seqs <= max_tokens) */
 };
 
@@ -58,8 +60,11 @@ void dsp_fwd_destroy(dsp_fwd *f) {
     free(f);
 }
 
+/* 64-byte aligned: full-width vector loads of activation rows (whose widths are multiples of 16 in
+ * every model we know) then never straddle a cache line */
 static float *falloc(size_t n, bool *ok) {
-    float *p = malloc((n ? n : 1) * sizeof(float));
+    size_t bytes = ((n ? n : 1) * sizeof(float) + 63) / 64 * 64;
+    float *p = aligned_alloc(64, bytes);
     if (!p) *ok = false;
     return p;
 }
@@ -86,6 +91,7 @@ dsp_status dsp_fwd_create(const dsp_model *m, const dsp_fwd_params *pp, dsp_fwd 
     f->n_ctx = p.n_ctx;
     f->q_dim = hp->n_head * hp->head_dim;
     f->kv_dim = hp->n_head_kv * hp->head_dim;
+    f->ops = dsp_cpu_ops_best();
     f->max_in = hp->n_embd;
     if (hp->n_ff > f->max_in) f->max_in = hp->n_ff;
     if (f->q_dim > f->max_in) f->max_in = f->q_dim;
@@ -108,8 +114,10 @@ dsp_status dsp_fwd_create(const dsp_model *m, const dsp_fwd_params *pp, dsp_fwd 
     f->gate = falloc(T * hp->n_ff, &ok);
     f->up = falloc(T * hp->n_ff, &ok);
     f->rope_cs = falloc(T * hp->rope_dim, &ok);
-    f->wrow = falloc((size_t)nt * f->max_in, &ok);
-    f->scores = falloc((size_t)nt * f->n_ctx, &ok);
+    f->wrow_per_thread = (size_t)DSP_CPU_MM_ROWS * (size_t)dsp_cpu_mm_stride(f->max_in);
+    f->wrow = aligned_alloc(64, (size_t)nt * f->wrow_per_thread * sizeof(float));
+    if (!f->wrow) ok = false;
+    f->scores = falloc((size_t)nt * (size_t)(hp->n_head / hp->n_head_kv) * f->n_ctx, &ok);
     f->seq_first = malloc(T * sizeof *f->seq_first);
     if (!ok || !f->seq_first) {
         dsp_fwd_destroy(f);
@@ -126,46 +134,52 @@ dsp_status dsp_fwd_create(const dsp_model *m, const dsp_fwd_params *pp, dsp_fwd 
 
 /* ---- matmul: y[i, j] = sum_k x[i, k] * W[j, k] (+ bias[j]) ---------------------------------- */
 
+/* A job of up to 3 matmuls over the same activations (q/k/v, gate/up): one pool run, tasks are
+ * DSP_CPU_MM_ROWS-row chunks of each weight in turn. Each output element is computed by one task
+ * with the kernel's fixed order, so the split never changes a value. */
 typedef struct mm_job {
     dsp_fwd *f;
-    const dsp_gguf_tensor *w;
-    const float *bias;
+    int n_mats;
+    const dsp_gguf_tensor *w[3];
+    float *y[3];
+    int first_task[4]; /* task index where matrix m starts; first_task[n_mats] = n_tasks */
     const float *x;
-    int n_rows;      /* rows of x */
-    float *y;
-    int ldy;
-    int chunk;       /* weight rows per task */
+    int n_rows;        /* rows of x */
 } mm_job;
 
 static void mm_task(void *ctx, int task, int thread) {
     mm_job *j = ctx;
-    const dsp_gguf_tensor *w = j->w;
+    int m = 0;
+    while (task >= j->first_task[m + 1]) m++;
+    const dsp_gguf_tensor *w = j->w[m];
     int64_t in = (int64_t)w->ne[0], out = (int64_t)w->ne[1];
-    size_t row_bytes = dsp_dtype_row_bytes(w->type, (uint64_t)in);
-    float *buf = j->f->wrow + (size_t)thread * j->f->max_in;
-    int64_t r0 = (int64_t)task * j->chunk, r1 = r0 + j->chunk < out ? r0 + j->chunk : out;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *src = (const uint8_t *)w->data + (size_t)r * row_bytes;
-        const float *wr;
-        if (w->type == DSP_F32) {
-            wr = (const float *)src;
-        } else {
-            dsp_dequantize_row(w->type, src, buf, (uint64_t)in); /* type validated at bind */
-            wr = buf;
-        }
-        float b = j->bias ? j->bias[r] : 0.0f;
-        for (int i = 0; i < j->n_rows; i++) {
-            float s = dsp_cpu_dot_f32(j->x + (size_t)i * in, wr, in);
-            j->y[(size_t)i * j->ldy + r] = j->bias ? s + b : s;
-        }
+    int64_t r0 = (int64_t)(task - j->first_task[m]) * DSP_CPU_MM_ROWS, r1 = r0 + DSP_CPU_MM_ROWS < out ? r0 + DSP_CPU_MM_ROWS : out;
+    j->f->ops->matmul(w->type, w->data, dsp_dtype_row_bytes(w->type, (uint64_t)in), in, r0, r1, j->x, in, j->n_rows, j->y[m], out,
+                      j->f->wrow + (size_t)thread * j->f->wrow_per_thread);
+}
+
+static void add_bias(const dsp_gguf_tensor *bias, float *y, int n_rows, int64_t out) {
+    if (!bias) return;
+    const float *b = bias->data;
+    for (int i = 0; i < n_rows; i++)
+        for (int64_t r = 0; r < out; r++) y[(size_t)i * out + r] += b[r];
+}
+
+/* y_m[i, r] = sum_k x[i, k] * W_m[r, k] for each of the n matrices (same input width) */
+static void matmul_n(dsp_fwd *f, int n, const dsp_gguf_tensor *const *w, float *const *y, const float *x, int n_rows) {
+    mm_job j = {.f = f, .n_mats = n, .x = x, .n_rows = n_rows};
+    j.first_task[0] = 0;
+    for (int m = 0; m < n; m++) {
+        j.w[m] = w[m];
+        j.y[m] = y[m];
+        j.first_task[m + 1] = j.first_task[m] + (int)((w[m]->ne[1] + DSP_CPU_MM_ROWS - 1) / DSP_CPU_MM_ROWS);
     }
+    dsp_pool_run(f->pool, j.first_task[n], mm_task, &j);
 }
 
 static void matmul(dsp_fwd *f, const dsp_gguf_tensor *w, const dsp_gguf_tensor *bias, const float *x, int n_rows, float *y) {
-    int64_t out = (int64_t)w->ne[1];
-    mm_job j = {f, w, bias ? (const float *)bias->data : NULL, x, n_rows, y, (int)out, 16};
-    int n_tasks = (int)((out + j.chunk - 1) / j.chunk);
-    dsp_pool_run(f->pool, n_tasks, mm_task, &j);
+    matmul_n(f, 1, &w, &y, x, n_rows);
+    add_bias(bias, y, n_rows, (int64_t)w->ne[1]);
 }
 
 /* ---- attention ------------------------------------------------------------------------------ */
@@ -177,25 +191,31 @@ typedef struct att_job {
     const dsp_batch *b;
 } att_job;
 
+/* One task = one token x one KV head: the group of query heads that share it (GQA) is served by a
+ * single pass over the keys and values. Per head the order is fixed: scores in key order, softmax,
+ * then o = sum_t p_t * v_t accumulated in key order. */
 static void att_task(void *ctx, int task, int thread) {
     att_job *j = ctx;
     dsp_fwd *f = j->f;
     const dsp_hparams *hp = f->hp;
-    int i = task / hp->n_head, h = task % hp->n_head, hd = hp->head_dim;
-    int kvh = h / (hp->n_head / hp->n_head_kv);
+    const dsp_cpu_ops *ops = f->ops;
+    const int grp = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
+    const int i = task / hp->n_head_kv, kvh = task % hp->n_head_kv;
     const dsp_kv_seq *s = j->seqs[j->b->seq[i]];
-    uint32_t n_keys = (uint32_t)j->b->pos[i] + 1; /* causal: keys at positions 0..pos */
-    const float *q = f->q + (size_t)i * f->q_dim + (size_t)h * hd;
-    float *sc = f->scores + (size_t)thread * f->n_ctx;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (uint32_t t = 0; t < n_keys; t++) sc[t] = dsp_cpu_dot_f32(q, dsp_kv_k(&f->kv, s, j->layer, t) + (size_t)kvh * hd, hd) * scale;
-    dsp_cpu_softmax(sc, n_keys);
-    float *o = f->att + (size_t)i * f->q_dim + (size_t)h * hd;
-    for (int d = 0; d < hd; d++) o[d] = 0.0f;
+    const uint32_t n_keys = (uint32_t)j->b->pos[i] + 1; /* causal: keys at positions 0..pos */
+    const float *q = f->q + (size_t)i * f->q_dim + (size_t)kvh * grp * hd;
+    float *sc = f->scores + (size_t)thread * grp * f->n_ctx;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t t = 0; t < n_keys; t++) {
+        const float *kr = dsp_kv_k(&f->kv, s, j->layer, t) + (size_t)kvh * hd;
+        for (int g = 0; g < grp; g++) sc[(size_t)g * f->n_ctx + t] = ops->dot(q + (size_t)g * hd, kr, hd) * scale;
+    }
+    for (int g = 0; g < grp; g++) ops->softmax(sc + (size_t)g * f->n_ctx, n_keys);
+    float *o = f->att + (size_t)i * f->q_dim + (size_t)kvh * grp * hd;
+    memset(o, 0, (size_t)grp * hd * sizeof(float));
     for (uint32_t t = 0; t < n_keys; t++) {
         const float *vr = dsp_kv_v(&f->kv, s, j->layer, t) + (size_t)kvh * hd;
-        float p = sc[t];
-        for (int d = 0; d < hd; d++) o[d] += p * vr[d];
+        for (int g = 0; g < grp; g++) ops->axpy(o + (size_t)g * hd, sc[(size_t)g * f->n_ctx + t], vr, hd);
     }
 }
 
@@ -246,8 +266,9 @@ dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const ds
     }
     /* embeddings */
     size_t erow = dsp_dtype_row_bytes(w->tok_embd->type, (uint64_t)E);
+    const dsp_cpu_ops *ops = f->ops;
     for (int i = 0; i < n; i++)
-        dsp_dequantize_row(w->tok_embd->type, (const uint8_t *)w->tok_embd->data + (size_t)b->tokens[i] * erow, f->x + (size_t)i * E, (uint64_t)E);
+        ops->dequant_row(w->tok_embd->type, (const uint8_t *)w->tok_embd->data + (size_t)b->tokens[i] * erow, f->x + (size_t)i * E, (int64_t)E);
     /* RoPE (cos, sin) per row */
     int half = hp->rope_dim / 2;
     for (int i = 0; i < n; i++) {
@@ -260,34 +281,42 @@ dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const ds
     }
     for (int l = 0; l < hp->n_layer; l++) {
         const dsp_layer_weights *L = &w->layers[l];
-        for (int i = 0; i < n; i++) dsp_cpu_rmsnorm(f->h + (size_t)i * E, f->x + (size_t)i * E, L->attn_norm->data, E, hp->rms_eps);
-        matmul(f, L->wq, L->bq, f->h, n, f->q);
-        matmul(f, L->wk, L->bk, f->h, n, f->k);
-        matmul(f, L->wv, L->bv, f->h, n, f->v);
+        for (int i = 0; i < n; i++) ops->rmsnorm(f->h + (size_t)i * E, f->x + (size_t)i * E, L->attn_norm->data, E, hp->rms_eps);
+        {
+            const dsp_gguf_tensor *wqkv[3] = {L->wq, L->wk, L->wv};
+            float *yqkv[3] = {f->q, f->k, f->v};
+            matmul_n(f, 3, wqkv, yqkv, f->h, n);
+            add_bias(L->bq, f->q, n, f->q_dim);
+            add_bias(L->bk, f->k, n, f->kv_dim);
+            add_bias(L->bv, f->v, n, f->kv_dim);
+        }
         for (int i = 0; i < n; i++) {
             const float *cs = f->rope_cs + (size_t)i * hp->rope_dim;
             for (int h = 0; h < hp->n_head; h++) {
                 float *qh = f->q + (size_t)i * f->q_dim + (size_t)h * hd;
-                if (L->q_norm) dsp_cpu_rmsnorm(qh, qh, L->q_norm->data, hd, hp->rms_eps);
-                dsp_cpu_rope(qh, cs, hp->rope_dim, hp->rope_neox);
+                if (L->q_norm) ops->rmsnorm(qh, qh, L->q_norm->data, hd, hp->rms_eps);
+                ops->rope(qh, cs, hp->rope_dim, hp->rope_neox);
             }
             for (int h = 0; h < hp->n_head_kv; h++) {
                 float *kh = f->k + (size_t)i * f->kv_dim + (size_t)h * hd;
-                if (L->k_norm) dsp_cpu_rmsnorm(kh, kh, L->k_norm->data, hd, hp->rms_eps);
-                dsp_cpu_rope(kh, cs, hp->rope_dim, hp->rope_neox);
+                if (L->k_norm) ops->rmsnorm(kh, kh, L->k_norm->data, hd, hp->rms_eps);
+                ops->rope(kh, cs, hp->rope_dim, hp->rope_neox);
             }
             const dsp_kv_seq *s = seqs[b->seq[i]];
             memcpy(dsp_kv_k(&f->kv, s, l, (uint32_t)b->pos[i]), f->k + (size_t)i * f->kv_dim, (size_t)f->kv_dim * sizeof(float));
             memcpy(dsp_kv_v(&f->kv, s, l, (uint32_t)b->pos[i]), f->v + (size_t)i * f->kv_dim, (size_t)f->kv_dim * sizeof(float));
         }
         att_job aj = {f, l, seqs, b};
-        dsp_pool_run(f->pool, n * hp->n_head, att_task, &aj);
+        dsp_pool_run(f->pool, n * hp->n_head_kv, att_task, &aj);
         matmul(f, L->wo, NULL, f->att, n, f->h);
         for (size_t i = 0; i < (size_t)n * E; i++) f->x[i] += f->h[i];
-        for (int i = 0; i < n; i++) dsp_cpu_rmsnorm(f->h + (size_t)i * E, f->x + (size_t)i * E, L->ffn_norm->data, E, hp->rms_eps);
-        matmul(f, L->ffn_gate, NULL, f->h, n, f->gate);
-        matmul(f, L->ffn_up, NULL, f->h, n, f->up);
-        for (int i = 0; i < n; i++) dsp_cpu_swiglu(f->gate + (size_t)i * hp->n_ff, f->up + (size_t)i * hp->n_ff, hp->n_ff);
+        for (int i = 0; i < n; i++) ops->rmsnorm(f->h + (size_t)i * E, f->x + (size_t)i * E, L->ffn_norm->data, E, hp->rms_eps);
+        {
+            const dsp_gguf_tensor *wgu[2] = {L->ffn_gate, L->ffn_up};
+            float *ygu[2] = {f->gate, f->up};
+            matmul_n(f, 2, wgu, ygu, f->h, n);
+        }
+        for (int i = 0; i < n; i++) ops->swiglu(f->gate + (size_t)i * hp->n_ff, f->up + (size_t)i * hp->n_ff, hp->n_ff);
         matmul(f, L->ffn_down, NULL, f->gate, n, f->h);
         for (size_t i = 0; i < (size_t)n * E; i++) f->x[i] += f->h[i];
         for (int t = 0; t < b->n_taps; t++)
@@ -302,7 +331,7 @@ dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const ds
     }
     if (b->n_logits > 0) {
         for (int r = 0; r < b->n_logits; r++)
-            dsp_cpu_rmsnorm(f->h + (size_t)r * E, f->x + (size_t)b->logit_rows[r] * E, w->out_norm->data, E, hp->rms_eps);
+            ops->rmsnorm(f->h + (size_t)r * E, f->x + (size_t)b->logit_rows[r] * E, w->out_norm->data, E, hp->rms_eps);
         matmul(f, w->output, NULL, f->h, b->n_logits, logits);
     }
     return DSP_OK;

@@ -2,6 +2,8 @@
  * use SIMD registers without reassociating anything: lane k always sums elements k, k+16, ... */
 #include "backend/cpu/ops.h"
 
+#include "core/quant.h"
+
 #include <math.h>
 
 #define LANES 16
@@ -54,3 +56,40 @@ void dsp_cpu_rope(float *x, const float *cs, int rot_dim, int neox) {
         x[i1] = x1 * c + x0 * s;
     }
 }
+
+void dsp_cpu_axpy(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+int64_t dsp_cpu_argmax(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+void dsp_cpu_ref_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1, const float *x,
+                        int64_t ldx, int n_x, float *y, int64_t ldy, float *scratch) {
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *src = (const uint8_t *)w + (size_t)r * row_bytes;
+        const float *wr = scratch;
+        if (type == 0 /* DSP_F32 */) wr = (const float *)src;
+        else dsp_dequantize_row(type, src, scratch, (uint64_t)in);
+        for (int i = 0; i < n_x; i++) y[(size_t)i * ldy + r] = dsp_cpu_dot_f32(x + (size_t)i * ldx, wr, in);
+    }
+}
+
+float dsp_cpu_dot32_fma_ref(const float *a, const float *b, int64_t n) {
+    float l[32] = {0};
+    for (int64_t i = 0; i < n; i++) l[i % 32] = fmaf(a[i], b[i], l[i % 32]);
+    for (int w = 16; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) l[k] = l[k] + l[k + w];
+    return l[0];
+}
+
+static void ref_dequant_row(uint32_t type, const void *src, float *dst, int64_t n) { dsp_dequantize_row(type, src, dst, (uint64_t)n); }
+
+const dsp_cpu_ops dsp_cpu_ops_scalar = {
+    "scalar", dsp_cpu_ref_matmul, ref_dequant_row, dsp_cpu_dot_f32, dsp_cpu_rmsnorm, dsp_cpu_softmax,
+    dsp_cpu_swiglu, dsp_cpu_rope, dsp_cpu_axpy, dsp_cpu_argmax,
+};

@@ -1,0 +1,310 @@
+/* Kernel conformance: every fast CPU kernel table (AVX2, AVX-512; whichever this CPU can run)
+ * against the scalar reference on random data with odd and tail shapes, plus batch invariance.
+ *
+ *  - dequant_row: bitwise equal to dsp_dequantize_row (the gguf-exact oracle) for every type;
+ *  - matmul: NMSE vs the reference matmul below 1e-10, and bitwise equal to the documented 32-lane
+ *    FMA order (dsp_cpu_dot32_fma_ref over dequantized rows), for 1 and many activation rows;
+ *  - batch invariance: each output of an n-row matmul is bitwise the 1-row result, whatever n
+ *    (crossing the fused/scratch paths), the weight-row split (thread chunks) or the row offset;
+ *  - AVX2 and AVX-512 matmuls/dots are bitwise equal where both run;
+ *  - dot, rmsnorm, softmax, SwiGLU, axpy, argmax vs the reference (NMSE, or exact where the
+ *    kernel promises it).
+ * Prints which tables ran; a table this CPU cannot run is reported as skipped. */
+/* ctest-label: kernel */
+#include "dsp_test.h"
+
+#include "backend/cpu/ops.h"
+#include "core/dtype.h"
+#include "core/quant.h"
+
+#include <math.h>
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static float frnd(void) { return (float)((double)rnd() / 4294967296.0 * 2.0 - 1.0); }
+
+static void *xalloc(size_t bytes) {
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) abort();
+    return p;
+}
+
+static double nmse(const float *a, const float *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+static void put_f16(uint8_t *p, float v) {
+    uint16_t h = dsp_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* a random weight row of `type` with n elements: random quants, finite scales of sane size */
+static void random_row(uint32_t type, uint8_t *row, int64_t n) {
+    size_t bytes = dsp_dtype_row_bytes(type, (uint64_t)n);
+    for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)rnd();
+    switch (type) {
+    case DSP_F32:
+        for (int64_t i = 0; i < n; i++) ((float *)row)[i] = frnd();
+        break;
+    case DSP_F16:
+        for (int64_t i = 0; i < n; i++) put_f16(row + 2 * i, frnd());
+        break;
+    case DSP_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            float f = frnd();
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            uint16_t h = (uint16_t)(u >> 16);
+            memcpy(row + 2 * i, &h, 2);
+        }
+        break;
+    case DSP_Q4_0: for (size_t b = 0; b < bytes; b += 18) put_f16(row + b, 0.02f * frnd()); break;
+    case DSP_Q5_0: for (size_t b = 0; b < bytes; b += 22) put_f16(row + b, 0.02f * frnd()); break;
+    case DSP_Q8_0: for (size_t b = 0; b < bytes; b += 34) put_f16(row + b, 0.002f * frnd()); break;
+    case DSP_Q4_1:
+        for (size_t b = 0; b < bytes; b += 20) put_f16(row + b, 0.02f * frnd()), put_f16(row + b + 2, 0.1f * frnd());
+        break;
+    case DSP_Q4_K:
+        for (size_t b = 0; b < bytes; b += 144) put_f16(row + b, 0.001f * frnd()), put_f16(row + b + 2, 0.001f * frnd());
+        break;
+    case DSP_Q5_K:
+        for (size_t b = 0; b < bytes; b += 176) put_f16(row + b, 0.001f * frnd()), put_f16(row + b + 2, 0.001f * frnd());
+        break;
+    case DSP_Q6_K: for (size_t b = 0; b < bytes; b += 210) put_f16(row + b + 208, 0.001f * frnd()); break;
+    default: break;
+    }
+}
+
+static const uint32_t g_types[] = {DSP_F32, DSP_F16, DSP_BF16, DSP_Q4_0, DSP_Q4_1, DSP_Q5_0, DSP_Q8_0, DSP_Q4_K, DSP_Q5_K, DSP_Q6_K};
+#define N_TYPES (int)(sizeof g_types / sizeof g_types[0])
+
+static int block_of(uint32_t type) { return (int)dsp_dtype_get(type)->block_elems; }
+
+static const dsp_cpu_ops *g_tables[3];
+static int g_n_tables;
+
+/* ---- dequantization --------------------------------------------------------------------------- */
+
+static void test_dequant_exact(void) {
+    for (int t = 0; t < g_n_tables; t++)
+        for (int ti = 0; ti < N_TYPES; ti++) {
+            uint32_t type = g_types[ti];
+            int64_t n = block_of(type) == 1 ? 1000 + 7 : (int64_t)block_of(type) * 5;
+            uint8_t *row = xalloc(dsp_dtype_row_bytes(type, (uint64_t)n));
+            float *a = xalloc(sizeof(float) * (size_t)n), *b = xalloc(sizeof(float) * (size_t)n);
+            for (int rep = 0; rep < 20; rep++) {
+                random_row(type, row, n);
+                dsp_dequantize_row(type, row, b, (uint64_t)n);
+                g_tables[t]->dequant_row(type, row, a, n);
+                CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)n), "%s dequant %s not bit-exact", g_tables[t]->name, dsp_dtype_name(type));
+            }
+            free(row), free(a), free(b);
+        }
+}
+
+/* ---- matmul ----------------------------------------------------------------------------------- */
+
+typedef struct mm_case {
+    uint32_t type;
+    int64_t in, out;
+} mm_case;
+
+static void run_mm(const dsp_cpu_ops *o, const mm_case *c, const uint8_t *w, const float *x, int n_x, float *y, float *scratch) {
+    size_t rb = dsp_dtype_row_bytes(c->type, (uint64_t)c->in);
+    o->matmul(c->type, w, rb, c->in, 0, c->out, x, c->in, n_x, y, c->out, scratch);
+}
+
+static void test_matmul(void) {
+    const int n_rows_list[] = {1, 2, 3, 4, 5, 8, 9, 13, 16, 17, 40, 70};
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = g_types[ti];
+        int blk = block_of(type);
+        /* odd shapes: few blocks, tails past the 32 lanes for the float types, odd row counts */
+        mm_case cases[3];
+        int nc = 0;
+        if (blk == 1) {
+            cases[nc++] = (mm_case){type, 33, 7};
+            cases[nc++] = (mm_case){type, 100, 19};
+            cases[nc++] = (mm_case){type, 576, 37};
+        } else {
+            cases[nc++] = (mm_case){type, blk, 5};
+            cases[nc++] = (mm_case){type, blk * 3, 19};
+            cases[nc++] = (mm_case){type, blk == 32 ? 576 : 768, 37};
+        }
+        for (int ci = 0; ci < nc; ci++) {
+            const mm_case *c = &cases[ci];
+            size_t rb = dsp_dtype_row_bytes(type, (uint64_t)c->in);
+            int max_x = 70;
+            uint8_t *w = xalloc(rb * (size_t)c->out);
+            for (int64_t r = 0; r < c->out; r++) random_row(type, w + (size_t)r * rb, c->in);
+            float *x = xalloc(sizeof(float) * (size_t)(c->in * max_x));
+            for (int64_t i = 0; i < c->in * max_x; i++) x[i] = frnd();
+            float *scratch = xalloc(sizeof(float) * DSP_CPU_MM_ROWS * (size_t)dsp_cpu_mm_stride(c->in));
+            float *yref = xalloc(sizeof(float) * (size_t)(c->out * max_x));
+            float *y1 = xalloc(sizeof(float) * (size_t)(c->out * max_x));
+            float *yn = xalloc(sizeof(float) * (size_t)(c->out * max_x));
+            float *yo = xalloc(sizeof(float) * (size_t)(c->out * max_x));
+            float *wd = xalloc(sizeof(float) * (size_t)(c->in * c->out));
+            for (int64_t r = 0; r < c->out; r++) dsp_dequantize_row(type, w + (size_t)r * rb, wd + r * c->in, (uint64_t)c->in);
+            run_mm(&dsp_cpu_ops_scalar, c, w, x, max_x, yref, scratch);
+            for (int t = 0; t < g_n_tables; t++) {
+                const dsp_cpu_ops *o = g_tables[t];
+                /* one activation row at a time: the batch-invariance reference */
+                for (int i = 0; i < max_x; i++) run_mm(o, c, w, x + i * c->in, 1, y1 + i * c->out, scratch);
+                double e = nmse(y1, yref, c->out * max_x);
+                CHECK_MSG(e < 1e-10, "%s matmul %s %lldx%lld: NMSE %.3g vs reference", o->name, dsp_dtype_name(type), (long long)c->out,
+                          (long long)c->in, e);
+                if (o != &dsp_cpu_ops_scalar) { /* the documented order, bit for bit */
+                    int bad = 0;
+                    for (int i = 0; i < max_x; i++)
+                        for (int64_t r = 0; r < c->out; r++)
+                            if (y1[i * c->out + r] != dsp_cpu_dot32_fma_ref(x + i * c->in, wd + r * c->in, c->in)) bad++;
+                    CHECK_MSG(!bad, "%s matmul %s %lldx%lld: %d outputs differ from the 32-lane FMA order", o->name, dsp_dtype_name(type),
+                              (long long)c->out, (long long)c->in, bad);
+                }
+                for (size_t k = 0; k < sizeof n_rows_list / sizeof *n_rows_list; k++) {
+                    int n_x = n_rows_list[k];
+                    run_mm(o, c, w, x, n_x, yn, scratch);
+                    CHECK_MSG(!memcmp(yn, y1, sizeof(float) * (size_t)(c->out * n_x)), "%s matmul %s: %d rows != 1 row at a time", o->name,
+                              dsp_dtype_name(type), n_x);
+                }
+                /* the weight-row split of the thread pool: odd pieces, same values */
+                for (int64_t r0 = 0; r0 < c->out;) {
+                    int64_t r1 = r0 + 1 + (int64_t)(rnd() % 7);
+                    if (r1 > c->out) r1 = c->out;
+                    o->matmul(type, w, rb, c->in, r0, r1, x, c->in, 9, yo, c->out, scratch);
+                    r0 = r1;
+                }
+                CHECK_MSG(!memcmp(yo, y1, sizeof(float) * (size_t)(c->out * 9)), "%s matmul %s: row split changes values", o->name,
+                          dsp_dtype_name(type));
+            }
+            free(w), free(x), free(scratch), free(yref), free(y1), free(yn), free(yo), free(wd);
+        }
+    }
+}
+
+static void test_cross_isa(void) {
+    const dsp_cpu_ops *a = dsp_cpu_ops_get("avx2"), *b = dsp_cpu_ops_get("avx512");
+    if (!a || !b) {
+        printf("  cross-ISA check skipped (needs both AVX2 and AVX-512)\n");
+        return;
+    }
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        mm_case c = {g_types[ti], block_of(g_types[ti]) == 1 ? 77 : block_of(g_types[ti]) * 2, 21};
+        size_t rb = dsp_dtype_row_bytes(c.type, (uint64_t)c.in);
+        uint8_t *w = xalloc(rb * (size_t)c.out);
+        for (int64_t r = 0; r < c.out; r++) random_row(c.type, w + (size_t)r * rb, c.in);
+        float *x = xalloc(sizeof(float) * (size_t)c.in * 11), *ya = xalloc(sizeof(float) * (size_t)c.out * 11),
+              *yb = xalloc(sizeof(float) * (size_t)c.out * 11);
+        float *scratch = xalloc(sizeof(float) * DSP_CPU_MM_ROWS * (size_t)dsp_cpu_mm_stride(c.in));
+        for (int64_t i = 0; i < c.in * 11; i++) x[i] = frnd();
+        run_mm(a, &c, w, x, 11, ya, scratch);
+        run_mm(b, &c, w, x, 11, yb, scratch);
+        CHECK_MSG(!memcmp(ya, yb, sizeof(float) * (size_t)c.out * 11), "avx2 and avx512 matmul %s differ", dsp_dtype_name(c.type));
+        CHECK(a->dot(x, x + c.in, c.in) == b->dot(x, x + c.in, c.in));
+        free(w), free(x), free(ya), free(yb), free(scratch);
+    }
+}
+
+/* ---- small kernels ---------------------------------------------------------------------------- */
+
+static void test_small(void) {
+    const int64_t lens[] = {1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 576, 1000, 1537};
+    float *a = xalloc(sizeof(float) * 2048), *b = xalloc(sizeof(float) * 2048), *w = xalloc(sizeof(float) * 2048);
+    float *r1 = xalloc(sizeof(float) * 2048), *r2 = xalloc(sizeof(float) * 2048), *cs = xalloc(sizeof(float) * 256);
+    for (int t = 0; t < g_n_tables; t++) {
+        const dsp_cpu_ops *o = g_tables[t];
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            int64_t n = lens[li];
+            for (int64_t i = 0; i < n; i++) a[i] = 3 * frnd(), b[i] = 3 * frnd(), w[i] = 1 + 0.1f * frnd();
+            float d0 = dsp_cpu_dot_f32(a, b, n), d1 = o->dot(a, b, n);
+            double mag = 0;
+            for (int64_t i = 0; i < n; i++) mag += fabs((double)a[i] * b[i]);
+            CHECK_MSG(fabs((double)d0 - d1) <= 1e-6 * mag + 1e-30, "%s dot n=%lld: %g vs %g", o->name, (long long)n, d1, d0);
+            if (o != &dsp_cpu_ops_scalar) CHECK_MSG(d1 == dsp_cpu_dot32_fma_ref(a, b, n), "%s dot n=%lld not in the 32-lane order", o->name, (long long)n);
+
+            dsp_cpu_rmsnorm(r1, a, w, n, 1e-5f);
+            o->rmsnorm(r2, a, w, n, 1e-5f);
+            CHECK_MSG(nmse(r2, r1, n) < 1e-12, "%s rmsnorm n=%lld", o->name, (long long)n);
+            memcpy(r2, a, sizeof(float) * (size_t)n);
+            o->rmsnorm(r2, r2, NULL, n, 1e-5f); /* in place, no weight */
+            dsp_cpu_rmsnorm(r1, a, NULL, n, 1e-5f);
+            CHECK_MSG(nmse(r2, r1, n) < 1e-12, "%s rmsnorm in place n=%lld", o->name, (long long)n);
+
+            for (int64_t i = 0; i < n; i++) r1[i] = r2[i] = 20 * a[i];
+            if (n > 3) r1[3] = r2[3] = -INFINITY; /* a masked score */
+            dsp_cpu_softmax(r1, n);
+            o->softmax(r2, n);
+            CHECK_MSG(nmse(r2, r1, n) < 1e-12, "%s softmax n=%lld: NMSE %g", o->name, (long long)n, nmse(r2, r1, n));
+            if (n > 3) CHECK(r2[3] == 0.0f);
+
+            for (int64_t i = 0; i < n; i++) r1[i] = r2[i] = 8 * a[i];
+            dsp_cpu_swiglu(r1, b, n);
+            o->swiglu(r2, b, n);
+            CHECK_MSG(nmse(r2, r1, n) < 1e-12, "%s swiglu n=%lld: NMSE %g", o->name, (long long)n, nmse(r2, r1, n));
+
+            memcpy(r1, b, sizeof(float) * (size_t)n);
+            memcpy(r2, b, sizeof(float) * (size_t)n);
+            dsp_cpu_axpy(r1, 0.37f, a, n);
+            o->axpy(r2, 0.37f, a, n);
+            CHECK_MSG(!memcmp(r1, r2, sizeof(float) * (size_t)n), "%s axpy n=%lld not exact", o->name, (long long)n);
+
+            for (int64_t i = 0; i < n; i++) r1[i] = (float)(rnd() % 50); /* ties: the first index wins */
+            CHECK_EQ_INT(o->argmax(r1, n), dsp_cpu_argmax(r1, n));
+        }
+        /* exp range: softmax of extreme gaps stays finite and normalized */
+        for (int i = 0; i < 64; i++) r2[i] = (float)(i * 10 - 320);
+        o->softmax(r2, 64);
+        double s = 0;
+        for (int i = 0; i < 64; i++) {
+            s += r2[i];
+            CHECK(isfinite(r2[i]));
+        }
+        CHECK_MSG(fabs(s - 1) < 1e-5, "%s softmax sum %g", o->name, s);
+        /* rope: both conventions, vs the reference */
+        for (int neox = 0; neox < 2; neox++) {
+            for (int i = 0; i < 64; i++) cs[2 * i] = cosf(0.1f * i), cs[2 * i + 1] = sinf(0.1f * i);
+            for (int i = 0; i < 128; i++) r1[i] = r2[i] = frnd();
+            dsp_cpu_rope(r1, cs, 96, neox);
+            o->rope(r2, cs, 96, neox);
+            CHECK(nmse(r2, r1, 128) < 1e-12);
+        }
+    }
+    free(a), free(b), free(w), free(r1), free(r2), free(cs);
+}
+
+static void test_selection(void) {
+    const dsp_cpu_ops *best = dsp_cpu_ops_best();
+    CHECK(best != NULL);
+    CHECK(dsp_cpu_ops_get("scalar") == &dsp_cpu_ops_scalar);
+    CHECK(dsp_cpu_ops_get("nonsense") == NULL);
+    const char *sup = dsp_cpu_isa_supported();
+    CHECK(dsp_cpu_ops_get(sup) != NULL);
+    printf("  CPU supports: %s; in use: %s\n", sup, best->name);
+}
+
+int main(void) {
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    for (int i = 0; i < 3; i++) {
+        const dsp_cpu_ops *o = dsp_cpu_ops_get(names[i]);
+        if (o) g_tables[g_n_tables++] = o;
+        printf("  table %-7s %s\n", names[i], o ? "tested" : "SKIPPED (this CPU/OS cannot run it)");
+    }
+    DSP_RUN(test_selection);
+    DSP_RUN(test_dequant_exact);
+    DSP_RUN(test_matmul);
+    DSP_RUN(test_cross_isa);
+    DSP_RUN(test_small);
+    return dsp_test_summary();
+}
