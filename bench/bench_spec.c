@@ -181,7 +181,7 @@ int main(int argc, char **argv) {
             }
             double bt[MAX_REPS], st[MAX_REPS];
             static collect cb_, cs_;
-            for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+            for (int r = fi == 0 ? -1 : 0; r < reps; r++) { /* r = -1: warm-up (first prompt of a set) */
                 for (int mode = 0; mode < 2; mode++) {
                     dsp_seq *s;
                     dsp_seq_create(c, &s); /* a fresh sequence: no prefix reuse between modes */

@@ -88,7 +88,8 @@ static void test_examples(void) {
     dsp_drafter_destroy(d);
 }
 
-/* adaptive draft length: full acceptance doubles the cap, a rejection cuts it to accepted + 1 */
+/* adaptive draft length: full acceptance doubles the cap, a rejection cuts it to accepted + 1,
+ * and a match reaching back m tokens drafts at most 2m */
 static void test_adaptive(void) {
     dsp_lookup_params lp = {1, 2, 16, 64, true};
     dsp_drafter *d;
@@ -98,13 +99,23 @@ static void test_adaptive(void) {
     int32_t dr[32];
     dsp_spec_commit c = {t, 4, 4, 0, 0, NULL, 0, 0};
     dsp_drafter_observe(d, &c);
-    CHECK_EQ_INT(dsp_drafter_propose(d, t, 4, 32, dr, NULL), 16);
+    CHECK_EQ_INT(dsp_drafter_propose(d, t, 4, 32, dr, NULL), 4); /* the match "1 2" reaches back 2 tokens */
     dsp_spec_commit r = {t, 6, 2, 16, 1, NULL, 0, 0};
     dsp_drafter_observe(d, &r);
     CHECK_EQ_INT(dsp_drafter_propose(d, t, 6, 32, dr, NULL), 2);
     dsp_spec_commit f = {t, 8, 2, 2, 2, NULL, 0, 0};
     dsp_drafter_observe(d, &f);
     CHECK_EQ_INT(dsp_drafter_propose(d, t, 8, 32, dr, NULL), 4);
+    dsp_drafter_destroy(d);
+    /* a long copied span drafts the full max_draft at once */
+    CHECK(dsp_lookup_create(&lp, &d) == DSP_OK);
+    dsp_drafter_reset(d);
+    int32_t u[40];
+    for (int i = 0; i < 20; i++) u[i] = u[20 + i] = 100 + i;
+    dsp_spec_commit cu = {u, 30, 30, 0, 0, NULL, 0, 0};
+    dsp_drafter_observe(d, &cu);
+    CHECK_EQ_INT(dsp_drafter_propose(d, u, 30, 32, dr, NULL), 16);
+    CHECK_EQ_INT(dr[0], 110);
     dsp_drafter_destroy(d);
 }
 

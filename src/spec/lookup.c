@@ -29,9 +29,12 @@
  *
  * Draft length (adaptive = true): the proposal is capped at k_cur, which starts at max_draft,
  * doubles after a round whose drafts were all accepted and drops to accepted + 1 after a rejection
- * (the shape of Hugging Face's assisted-generation heuristic). This is a pure function of the
- * tokens, so seeded runs stay reproducible, and it never affects the output (lossless), only how
- * many rows a round verifies. */
+ * (the shape of Hugging Face's assisted-generation heuristic), and at twice the length of the match
+ * (the suffix compared backwards with the occurrence, up to 32 tokens): a bare 2-gram match, the
+ * usual false positive of general chat, drafts at most 4 tokens, while a long copied span drafts the
+ * full max_draft (mlx-dspark grows drafts with the match depth in the same way). Both are pure
+ * functions of the tokens, so seeded runs stay reproducible, and neither affects the output
+ * (lossless), only how many rows a round verifies. */
 #include "spec/spec.h"
 
 #include "dspark.h"
@@ -107,6 +110,12 @@ static int32_t lk_propose(dsp_drafter *d, const int32_t *tokens, uint32_t n, int
         if ((uint32_t)g >= n) continue;
         uint32_t pos = find(L, tokens, n, g);
         if (!pos) continue;
+        if (L->p.adaptive) {
+            /* how far the match really reaches back (bounded: O(1)); a short match drafts little */
+            uint32_t ext = (uint32_t)g;
+            while (ext < 32 && ext < pos && tokens[pos - 1 - ext] == tokens[n - 1 - ext]) ext++;
+            if ((int64_t)k > 2 * (int64_t)ext) k = (int32_t)(2 * ext);
+        }
         for (int32_t i = 0; i < k; i++) {
             uint32_t src = pos + (uint32_t)i;
             draft[i] = src < n ? tokens[src] : draft[src - n];
