@@ -38,7 +38,10 @@ static void usage(FILE *f) {
             "      --lookup-min N, --lookup-max N   n-gram sizes for lookup (default 2, 4)\n"
             "  -c, --ctx N             context length (default min(model, 4096))\n"
             "  -t, --threads N         threads (default: physical cores)\n"
-            "      --json              print one JSON object at the end instead of streaming text\n"
+            "      --json              print one JSON object at the end instead of streaming text; its \"spec\"\n"
+            "                          object has rounds, mean_accepted_len (tokens per round, bonus included),\n"
+            "                          accept_hist (rounds that produced 1, 2, ... tokens), acceptance_rate\n"
+            "                          (accepted / drafted) and decode_tok_per_s\n"
             "  -h, --help              this help\n",
             DSP_CLI_DEFAULT_MAX_DRAFT);
 }
