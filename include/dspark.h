@@ -229,11 +229,15 @@ typedef struct dsp_gen_result {
     size_t n_cached;        /* of which reused from the sequence's cache */
     size_t n_generated;     /* sampled tokens (an end-of-generation token counts) */
     double prefill_ms, decode_ms;
-    /* speculation statistics (all zero for baseline) */
-    size_t n_rounds;        /* decode rounds (target forwards after prefill) */
+    /* Speculation statistics. A round decides at least one token: the first from the prefill
+     * logits, every later one from one target forward over [last token, drafts]. */
+    size_t n_rounds;        /* rounds (target forwards after prefill + 1) */
+    size_t n_draft_rounds;  /* rounds that verified at least one draft */
     size_t n_drafted;       /* draft tokens proposed and verified */
     size_t n_accepted;      /* of which accepted */
-    size_t accept_hist[DSP_MAX_DRAFT + 2]; /* rounds that emitted k tokens (accepted + 1), k = 0..DSP_MAX_DRAFT+1 */
+    /* rounds whose verification produced k tokens (accepted drafts + the bonus), k = 1..DSP_MAX_DRAFT+1;
+     * the last round may emit fewer when a stop, max_tokens or a cancellation cuts it */
+    size_t accept_hist[DSP_MAX_DRAFT + 2];
 } dsp_gen_result;
 
 /* Generate a continuation of prompt (the sequence's whole token list, e.g. a rendered chat) on

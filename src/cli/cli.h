@@ -32,6 +32,11 @@ struct dsp_ctx_params;
  * sets *handled when argv[*i] was one of them; returns 2 on a malformed value (message printed). */
 int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, struct dsp_gen_params *gp, int *n_stop, struct dsp_ctx_params *cp,
                           bool *handled);
+/* The CLI's speculation defaults (the library's are baseline): --mode auto, --max-draft below. */
+#define DSP_CLI_DEFAULT_MAX_DRAFT 8
+void dsp_cli_spec_defaults(struct dsp_gen_params *gp);
+struct dsp_gen_result;
+void dsp_cli_print_spec_json(FILE *f, const struct dsp_gen_params *gp, const struct dsp_gen_result *r);
 struct dsp_model;
 /* Render [system?, user] with add_generation_prompt; prints the error and returns 1 on failure. */
 int dsp_cli_render_chat(const struct dsp_model *m, const char *template_file, const char *system, const char *user, size_t user_len,

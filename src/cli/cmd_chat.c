@@ -78,6 +78,8 @@ static void usage(FILE *f) {
                "  -n, --max-tokens N      tokens per reply at most (default 1024)\n"
                "      --temperature T, --top-p P, --top-k K, --min-p P, --seed S,\n"
                "      --presence-penalty X, --frequency-penalty X, --repeat-penalty X, --stop TEXT\n"
+               "      --mode baseline|lookup|auto, --max-draft N, --lookup-min N, --lookup-max N\n"
+               "                          speculative decoding (lossless; default auto, see dspark generate -h)\n"
                "  -c, --ctx N             context length (default min(model, 4096))\n"
                "  -t, --threads N         threads (default: physical cores)\n");
 }
@@ -110,6 +112,7 @@ int dsp_cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL, *tfile = NULL;
     dsp_gen_params gp = dsp_gen_default_params();
     gp.max_tokens = 1024;
+    dsp_cli_spec_defaults(&gp);
     dsp_ctx_params cp = dsp_ctx_default_params();
     int n_stop = 0;
     for (int i = 1; i < argc; i++) {

@@ -32,10 +32,18 @@ static void usage(FILE *f) {
             "      --stop TEXT         stop string (repeatable, at most 4)\n"
             "      --ignore-eos        do not stop at end-of-generation tokens\n"
             "      --logprobs N        report the chosen token's log-probability and N alternatives (--json)\n"
+            "      --mode M            speculation: baseline, lookup (prompt n-gram lookup) or auto (default;\n"
+            "                          today lookup). Always lossless: the output is what baseline gives\n"
+            "      --max-draft N       drafted tokens verified per round at most, 1..32 (default %d)\n"
+            "      --lookup-min N, --lookup-max N   n-gram sizes for lookup (default 2, 4)\n"
             "  -c, --ctx N             context length (default min(model, 4096))\n"
             "  -t, --threads N         threads (default: physical cores)\n"
-            "      --json              print one JSON object at the end instead of streaming text\n"
-            "  -h, --help              this help\n");
+            "      --json              print one JSON object at the end instead of streaming text; its \"spec\"\n"
+            "                          object has rounds, mean_accepted_len (tokens per round, bonus included),\n"
+            "                          accept_hist (rounds that produced 1, 2, ... tokens), acceptance_rate\n"
+            "                          (accepted / drafted) and decode_tok_per_s\n"
+            "  -h, --help              this help\n",
+            DSP_CLI_DEFAULT_MAX_DRAFT);
 }
 
 typedef struct gen_opts {
@@ -57,6 +65,28 @@ static bool num(const char *opt, const char *s, double lo, double hi, double *ou
     }
     *out = v;
     return true;
+}
+
+void dsp_cli_spec_defaults(dsp_gen_params *gp) {
+    gp->mode = DSP_SPEC_AUTO;
+    gp->max_draft = DSP_CLI_DEFAULT_MAX_DRAFT;
+}
+
+/* Speculation statistics for --json (generate) and the benchmark. */
+void dsp_cli_print_spec_json(FILE *f, const dsp_gen_params *gp, const dsp_gen_result *r) {
+    double tps = r->decode_ms > 0 ? (double)r->n_generated / (r->decode_ms / 1e3) : 0;
+    size_t emitted = 0;
+    int hi = 0;
+    for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) {
+        emitted += (size_t)k * r->accept_hist[k];
+        if (r->accept_hist[k]) hi = k;
+    }
+    fprintf(f, "\"spec\": {\"mode\": \"%s\", \"max_draft\": %d, \"rounds\": %zu, \"draft_rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu, ",
+            dsp_spec_mode_to_string(gp->mode), gp->max_draft, r->n_rounds, r->n_draft_rounds, r->n_drafted, r->n_accepted);
+    fprintf(f, "\"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f, \"accept_hist\": [", r->n_rounds ? (double)emitted / (double)r->n_rounds : 0.0,
+            r->n_drafted ? (double)r->n_accepted / (double)r->n_drafted : 0.0);
+    for (int k = 1; k <= hi; k++) fprintf(f, "%s%zu", k > 1 ? ", " : "", r->accept_hist[k]);
+    fprintf(f, "], \"decode_tok_per_s\": %.2f}", tps);
 }
 
 int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int *n_stop, dsp_ctx_params *cp, bool *handled) {
@@ -86,6 +116,18 @@ int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int
     else if (!strcmp(a, "--seed")) { NUM(0, 1.8e19) gp->seed = (uint64_t)v; }
     else if (!strcmp(a, "--logprobs")) { NUM(0, DSP_MAX_LOGPROBS) gp->logprobs = (int32_t)v; }
     else if (!strcmp(a, "--ignore-eos")) gp->ignore_eos = true;
+    else if (!strcmp(a, "--mode")) {
+        NEXT();
+        if (!strcmp(argv[*i], "baseline")) gp->mode = DSP_SPEC_BASELINE;
+        else if (!strcmp(argv[*i], "lookup")) gp->mode = DSP_SPEC_LOOKUP;
+        else if (!strcmp(argv[*i], "auto")) gp->mode = DSP_SPEC_AUTO;
+        else {
+            fprintf(stderr, "dspark: --mode: '%s' is not one of baseline, lookup, auto\n", argv[*i]);
+            return 2;
+        }
+    } else if (!strcmp(a, "--max-draft")) { NUM(1, DSP_MAX_DRAFT) gp->max_draft = (int32_t)v; }
+    else if (!strcmp(a, "--lookup-min")) { NUM(1, 16) gp->lookup_min_n = (int32_t)v; }
+    else if (!strcmp(a, "--lookup-max")) { NUM(1, 16) gp->lookup_max_n = (int32_t)v; }
     else if (!strcmp(a, "--stop")) {
         NEXT();
         if (*n_stop >= DSP_MAX_STOP) {
@@ -188,6 +230,7 @@ int dsp_cmd_generate(int argc, char **argv) {
     gen_opts o;
     memset(&o, 0, sizeof o);
     o.gp = dsp_gen_default_params();
+    dsp_cli_spec_defaults(&o.gp);
     o.cp = dsp_ctx_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -280,12 +323,17 @@ int dsp_cmd_generate(int argc, char **argv) {
         for (size_t i = 0; i < ss.n_ids; i++) printf("%s%d", i ? ", " : "", ss.ids[i]);
         printf("], \"n_prompt\": %zu, \"n_generated\": %zu, \"finish_reason\": \"%s\"", res.n_prompt, res.n_generated, dsp_finish_to_string(res.finish));
         if (ss.lp_buf) printf(", \"logprobs\": [%s]", ss.lp_buf);
+        printf(", ");
+        dsp_cli_print_spec_json(stdout, &o.gp, &res);
         printf(", \"timings\": {\"load_ms\": %.1f, \"prefill_ms\": %.1f, \"decode_ms\": %.1f, \"decode_tok_per_s\": %.2f}}\n", load_ms,
                res.prefill_ms, res.decode_ms, tps);
     } else {
         fputc('\n', stdout);
         fprintf(stderr, "dspark: %zu prompt tokens in %.0f ms, %zu generated in %.0f ms (%.1f tok/s), finish: %s\n", res.n_prompt, res.prefill_ms,
                 res.n_generated, res.decode_ms, tps, dsp_finish_to_string(res.finish));
+        if (o.gp.mode != DSP_SPEC_BASELINE && res.n_rounds)
+            fprintf(stderr, "dspark: %s: %zu rounds, %.2f tokens per round, %zu/%zu drafts accepted\n", dsp_spec_mode_to_string(o.gp.mode), res.n_rounds,
+                    (double)res.n_generated / (double)res.n_rounds, res.n_accepted, res.n_drafted);
     }
     rc = 0;
 out:

@@ -174,20 +174,30 @@ dsp_status dsp_engine_sample_params(const dsp_ctx *c, const dsp_gen_params *p, d
 
 /* ---- generation --------------------------------------------------------------------------- */
 
-/* Prefill prompt[from, n) into s's KV in chunks; the logits of the last row land in c->logits. */
-static dsp_status prefill(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t from, size_t n) {
+/* Prefill prompt[from, n) into s's KV in chunks; the logits of the last row land in c->logits.
+ * The drafter (if any) observes the prompt chunk by chunk, with the chunk's hidden-state taps when
+ * it asked for them (taps: (max_batch_tokens, n_taps, n_embd) then). */
+static dsp_status prefill(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t from, size_t n, dsp_drafter *dr, float *taps) {
     int maxb = dsp_fwd_max_batch(c->fwd);
     dsp_kv_seq *seqs[1] = {&s->kv};
+    size_t observed = 0;
     while (from < n) {
         int k = (int)(n - from < (size_t)maxb ? n - from : (size_t)maxb);
         int32_t *pos = c->bpos, *seq = c->bseq;
         for (int i = 0; i < k; i++) pos[i] = (int32_t)(from + (size_t)i), seq[i] = 0;
         int32_t row = k - 1;
         bool last = from + (size_t)k == n;
-        dsp_batch b = {k, prompt + from, seq, pos, last ? 1 : 0, &row, 0, NULL};
-        dsp_status st = dsp_fwd_run(c->fwd, seqs, 1, &b, c->logits, NULL);
+        int n_taps = dr && taps ? dr->n_taps : 0;
+        dsp_batch b = {k, prompt + from, seq, pos, last ? 1 : 0, &row, n_taps, n_taps ? dr->tap_layers : NULL};
+        dsp_status st = dsp_fwd_run(c->fwd, seqs, 1, &b, c->logits, n_taps ? taps : NULL);
         if (st) return st;
         from += (size_t)k;
+        if (dr) {
+            dsp_spec_commit cm = {prompt, (uint32_t)from, (uint32_t)(from - observed), 0, 0, n_taps ? taps : NULL,
+                                  (uint32_t)(from - (size_t)k), n_taps ? k : 0};
+            dsp_drafter_observe(dr, &cm);
+            observed = from;
+        }
     }
     return DSP_OK;
 }
@@ -251,7 +261,7 @@ static dsp_finish emit_token(gen *g, int32_t tok, const float *raw_logits) {
     dsp_finish fin = DSP_FINISH_NONE;
     if (eog) fin = DSP_FINISH_STOP;
     else if (g->res->n_generated >= (size_t)g->p->max_tokens) fin = DSP_FINISH_LENGTH;
-    else if (g->s->kv.n_tokens + 1 >= dsp_fwd_n_ctx(g->c->fwd)) fin = DSP_FINISH_LENGTH;
+    else if (g->s->n_tokens >= dsp_fwd_n_ctx(g->c->fwd)) fin = DSP_FINISH_LENGTH; /* the last token is never fed */
     g->n_out = 0;
     const char *text;
     size_t n_text;
@@ -271,8 +281,24 @@ static dsp_finish emit_token(gen *g, int32_t tok, const float *raw_logits) {
     return fin;
 }
 
+static dsp_status spec_params_validate(const dsp_gen_params *p) {
+    if (p->mode != DSP_SPEC_BASELINE && p->mode != DSP_SPEC_LOOKUP && p->mode != DSP_SPEC_AUTO)
+        return dsp_error(DSP_ERR_INVALID_ARG, "mode: unknown speculation mode %d", (int)p->mode);
+    if (p->max_draft < 1 || p->max_draft > DSP_MAX_DRAFT)
+        return dsp_error(DSP_ERR_INVALID_ARG, "max_draft must be between 1 and %d (got %d)", DSP_MAX_DRAFT, p->max_draft);
+    if (p->lookup_min_n < 1 || p->lookup_max_n < p->lookup_min_n || p->lookup_max_n > 16)
+        return dsp_error(DSP_ERR_INVALID_ARG, "lookup n-gram sizes: need 1 <= lookup_min_n (%d) <= lookup_max_n (%d) <= 16", p->lookup_min_n,
+                         p->lookup_max_n);
+    return DSP_OK;
+}
+
 dsp_status dsp_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p, dsp_token_cb cb,
                         void *user, dsp_gen_result *res) {
+    return dsp_engine_generate(c, s, prompt, n_prompt, p, NULL, DSP_SPEC_FAULT_NONE, cb, user, res);
+}
+
+dsp_status dsp_engine_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p,
+                               dsp_drafter *drafter, dsp_spec_fault fault, dsp_token_cb cb, void *user, dsp_gen_result *res) {
     dsp_gen_result dummy;
     if (!res) res = &dummy;
     memset(res, 0, sizeof *res);
@@ -283,6 +309,7 @@ dsp_status dsp_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_
     g.c = c, g.s = s, g.p = p, g.cb = cb, g.user = user, g.res = res;
     dsp_status st = dsp_engine_sample_params(c, p, &g.sp);
     if (st) return st;
+    if ((st = spec_params_validate(p))) return st;
     uint32_t n_ctx = dsp_fwd_n_ctx(c->fwd);
     if (n_prompt == 0) return dsp_error(DSP_ERR_INVALID_ARG, "the prompt is empty");
     if (n_prompt >= n_ctx)
@@ -294,11 +321,29 @@ dsp_status dsp_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_
     int n_stop = 0;
     while (n_stop < DSP_MAX_STOP && p->stop[n_stop]) n_stop++;
     if ((st = dsp_stop_init(&g.stop, p->stop, n_stop))) return st;
+
+    /* per-request memory: the drafter (index sized from the context), its q rows and taps */
+    dsp_drafter *own = NULL, *dr = drafter;
+    float *q = NULL, *taps = NULL;
+    if (!dr && p->mode != DSP_SPEC_BASELINE) {
+        dsp_lookup_params lp = {p->lookup_min_n, p->lookup_max_n, p->max_draft, n_ctx, true};
+        if ((st = dsp_lookup_create(&lp, &own))) {
+            dsp_stop_free(&g.stop);
+            return st;
+        }
+        dr = own;
+    }
+    if (dr) dsp_drafter_reset(dr);
+    int tap_rows = dsp_fwd_max_batch(c->fwd) > DSP_MAX_DRAFT + 1 ? dsp_fwd_max_batch(c->fwd) : DSP_MAX_DRAFT + 1;
+    if (dr && dr->supplies_q) q = malloc(sizeof(float) * (size_t)c->n_vocab * DSP_MAX_DRAFT);
+    if (dr && dr->n_taps > 0) taps = malloc(sizeof(float) * (size_t)tap_rows * (size_t)dr->n_taps * (size_t)dsp_fwd_n_embd(c->fwd));
     g.out_cap = 2 * (3 * dsp_tok_max_piece_len(c->m->tok) + 8) + g.stop.cap;
     g.out = malloc(g.out_cap);
-    if (!g.out || (st = dsp_detok_stream_create(c->m->tok, DSP_DETOKENIZE_SKIP_SPECIAL, &g.detok))) {
+    if (!g.out || (dr && dr->supplies_q && !q) || (dr && dr->n_taps > 0 && !taps) ||
+        (st = dsp_detok_stream_create(c->m->tok, DSP_DETOKENIZE_SKIP_SPECIAL, &g.detok))) {
         if (!st) st = dsp_error(DSP_ERR_NOMEM, "no memory");
-        free(g.out);
+        free(g.out), free(q), free(taps);
+        dsp_drafter_destroy(own);
         dsp_stop_free(&g.stop);
         return st;
     }
@@ -315,39 +360,94 @@ dsp_status dsp_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_
     res->n_cached = lcp;
 
     double t0 = now_ms();
-    st = prefill(c, s, prompt, lcp, n_prompt);
+    st = prefill(c, s, s->tokens, lcp, n_prompt, dr, taps);
     double t1 = now_ms();
     res->prefill_ms = t1 - t0;
     if (st) {
         dsp_kv_seq_truncate(dsp_fwd_kv(c->fwd), &s->kv, 0);
         s->n_tokens = 0;
-        dsp_stop_free(&g.stop);
-        dsp_detok_stream_destroy(g.detok);
-        free(g.out);
-        return st;
+        goto done;
     }
     dsp_sample_history_init(&g.hist, s->tokens, s->cap, (uint32_t)n_prompt);
     dsp_rng_seed(&g.rng, p->seed);
 
+    /* The rounds. The first decides one token from the prefill logits; every later one runs the
+     * target over [last token, drafts] (the last token has no KV yet), verifies, emits, and keeps
+     * the KV of the last token + the accepted drafts. */
     dsp_finish fin = DSP_FINISH_NONE;
     dsp_kv_seq *seqs[1] = {&s->kv};
-    while (fin == DSP_FINISH_NONE) {
-        int32_t tok;
-        st = dsp_sample_token(c->logits, &g.hist, &g.sp, &g.rng, &c->scratch, &c->dist, &tok);
+    const int V = c->n_vocab;
+    int32_t draft[DSP_MAX_DRAFT], out[DSP_MAX_DRAFT + 1], btok[DSP_MAX_DRAFT + 1], bpos[DSP_MAX_DRAFT + 1], bseq[DSP_MAX_DRAFT + 1],
+        brow[DSP_MAX_DRAFT + 1];
+    for (bool first = true; fin == DSP_FINISH_NONE; first = false) {
+        const uint32_t len = s->n_tokens; /* committed tokens; the KV holds len (first round) or len - 1 */
+        int32_t k = 0;
+        if (!first) {
+            if (dr) {
+                /* room: the round pushes k + 1 tokens and feeds positions up to len - 1 + k; a round
+                 * emits k + 1 tokens at most, so drafting past max_tokens is wasted */
+                int64_t kmax = p->max_draft;
+                if ((int64_t)n_ctx - (int64_t)len - 1 < kmax) kmax = (int64_t)n_ctx - (int64_t)len - 1;
+                if ((int64_t)p->max_tokens - (int64_t)res->n_generated - 1 < kmax) kmax = (int64_t)p->max_tokens - (int64_t)res->n_generated - 1;
+                if (dsp_fwd_max_batch(c->fwd) - 1 < kmax) kmax = dsp_fwd_max_batch(c->fwd) - 1;
+                if (kmax > 0) {
+                    k = dsp_drafter_propose(dr, s->tokens, len, (int32_t)kmax, draft, q);
+                    if (k < 0) k = 0;
+                    if (k > kmax) k = (int32_t)kmax;
+                    for (int32_t i = 0; i < k; i++)
+                        if (draft[i] < 0 || draft[i] >= V) k = i; /* a drafter bug must not reach the forward */
+                }
+            }
+            btok[0] = s->tokens[len - 1];
+            for (int32_t i = 0; i <= k; i++) {
+                if (i) btok[i] = draft[i - 1];
+                bpos[i] = (int32_t)(len - 1) + i, bseq[i] = 0, brow[i] = i;
+            }
+            int n_taps = taps ? dr->n_taps : 0;
+            dsp_batch b = {k + 1, btok, bseq, bpos, k + 1, brow, n_taps, n_taps ? dr->tap_layers : NULL};
+            if ((st = dsp_fwd_run(c->fwd, seqs, 1, &b, c->logits, taps))) break;
+        }
+        int32_t n_out = 0;
+        st = dsp_spec_verify(c->logits, V, k, draft, k > 0 && dr->supplies_q ? q : NULL, &g.hist, &g.sp, &g.rng, &c->scratch, &c->dist, fault,
+                             out, &n_out);
         if (st) break;
-        dsp_sample_history_push(&g.hist, tok);
-        s->n_tokens = g.hist.len;
-        res->n_generated++;
-        fin = emit_token(&g, tok, c->logits);
-        if (fin != DSP_FINISH_NONE) break;
-        int32_t pos = (int32_t)s->kv.n_tokens, seq = 0, row = 0;
-        dsp_batch b = {1, &tok, &seq, &pos, 1, &row, 0, NULL};
-        if ((st = dsp_fwd_run(c->fwd, seqs, 1, &b, c->logits, NULL))) break;
+        const int32_t a = n_out - 1;
+        res->n_rounds++;
+        res->accept_hist[n_out]++;
+        if (k > 0) {
+            res->n_draft_rounds++;
+            res->n_drafted += (size_t)k;
+            res->n_accepted += (size_t)a;
+        }
+        /* rollback: keep the KV of the tokens fed and accepted (positions < len + a) */
+        if (s->kv.n_tokens > len + (uint32_t)a) dsp_kv_seq_truncate(dsp_fwd_kv(c->fwd), &s->kv, len + (uint32_t)a);
+        /* emit one token at a time: EOS, stop strings, max_tokens and cancellation cut exactly */
+        int32_t j = 0;
+        for (; j < n_out; j++) {
+            s->n_tokens = len + (uint32_t)j + 1;
+            res->n_generated++;
+            fin = emit_token(&g, out[j], c->logits + (size_t)j * (size_t)V);
+            if (fin != DSP_FINISH_NONE) break;
+        }
+        if (fin != DSP_FINISH_NONE) {
+            /* tokens decided after the cut were never emitted: drop them and their KV */
+            g.hist.len = s->n_tokens;
+            if (s->kv.n_tokens > s->n_tokens - 1) dsp_kv_seq_truncate(dsp_fwd_kv(c->fwd), &s->kv, s->n_tokens - 1);
+            break;
+        }
+        if (dr) {
+            dsp_spec_commit cm = {s->tokens, s->n_tokens, (uint32_t)n_out, k, a, first ? NULL : taps, len - 1, first || !taps ? 0 : a + 1};
+            dsp_drafter_observe(dr, &cm);
+        }
     }
     res->decode_ms = now_ms() - t1;
     res->finish = fin;
+done:
     dsp_stop_free(&g.stop);
     dsp_detok_stream_destroy(g.detok);
     free(g.out);
+    free(q);
+    free(taps);
+    dsp_drafter_destroy(own);
     return st;
 }

@@ -7,6 +7,7 @@
 #include "model/forward.h"
 #include "sample/rng.h"
 #include "sample/sample.h"
+#include "spec/spec.h"
 #include "tok/tok.h"
 
 #define DSP_ENGINE_MAX_ROWS 64   /* logits rows per round (1 + the largest draft) */
@@ -34,5 +35,10 @@ struct dsp_seq {
 dsp_status dsp_engine_sample_params(const dsp_ctx *c, const dsp_gen_params *p, dsp_sample_params *sp);
 /* end-of-generation token (eos, eot, <|im_end|>, ...) */
 bool dsp_engine_is_eog(const dsp_model *m, int32_t tok);
+/* dsp_generate with an explicit drafter (NULL: the one p->mode asks for; the caller keeps
+ * ownership of a drafter it passes, which is reset first) and a verifier fault (tests only; NONE
+ * otherwise). This is how tests plug in drafters that supply q or want taps. */
+dsp_status dsp_engine_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p,
+                               dsp_drafter *drafter, dsp_spec_fault fault, dsp_token_cb cb, void *user, dsp_gen_result *res);
 
 #endif

@@ -1,0 +1,253 @@
+/* bench_spec: decode speed of speculative decoding (prompt lookup) against baseline, measured in
+ * the same run on the same prompts.
+ *
+ * For every prompt set (a directory of chat contexts, see bench/prompts/README.md) and every
+ * prompt, it runs baseline and lookup alternately (reps times each, after one warm-up pair), checks
+ * that both produced the same tokens (lossless; a mismatch is reported and fails the run), and
+ * reports per set: the median over prompts of the median decode tok/s of each mode, the median of
+ * the per-prompt speedups, the aggregate speedup (total tokens / total decode time), the mean
+ * accepted length (tokens per round, bonus included) and the draft acceptance rate. The machine
+ * stamp (CPU, cores, memory, kernel, commit, threads) heads the output.
+ *
+ * usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--max-draft N]
+ *                   [--reps R] [-t THREADS] [--json] */
+#include "dspark.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#ifndef DSP_GIT_COMMIT
+#define DSP_GIT_COMMIT "unknown"
+#endif
+
+#define MAX_PROMPTS 64
+#define MAX_REPS 16
+
+typedef struct collect {
+    int32_t ids[4096];
+    int n;
+} collect;
+
+static bool on_tok(const dsp_token_event *ev, void *u) {
+    collect *c = u;
+    if (c->n < 4096) c->ids[c->n++] = ev->token;
+    return true;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    if (n == 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) free(b), b = NULL;
+    if (b) b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+static void machine_stamp(char *cpu, size_t cap, long *mem_mb) {
+    snprintf(cpu, cap, "unknown");
+    *mem_mb = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p += 2;
+                p[strcspn(p, "\n")] = 0;
+                snprintf(cpu, cap, "%s", p);
+            }
+            break;
+        }
+    if (f) fclose(f);
+    f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "MemTotal:", 9)) *mem_mb = atol(line + 9) / 1024;
+    if (f) fclose(f);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+typedef struct set_result {
+    char name[64];
+    int n_prompts;
+    double base_tps, spec_tps, speedup_median, speedup_aggregate, mean_accept_len, accept_rate;
+    size_t tokens;
+    int mismatches;
+} set_result;
+
+int main(int argc, char **argv) {
+    const char *model = NULL, *dir = "bench/prompts", *sets = "copy,chat";
+    int n_tokens = 128, max_draft = 8, reps = 3, threads = 2;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool v = i + 1 < argc;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) model = argv[++i];
+        else if (!strcmp(a, "--prompts") && v) dir = argv[++i];
+        else if (!strcmp(a, "--sets") && v) sets = argv[++i];
+        else if (!strcmp(a, "-n") && v) n_tokens = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-draft") && v) max_draft = atoi(argv[++i]);
+        else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
+        else if (!strcmp(a, "-t") && v) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--json")) json = true;
+        else {
+            fprintf(stderr, "usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--max-draft N] [--reps R] [-t THREADS] [--json]\n");
+            return 2;
+        }
+    }
+    if (!model || reps < 1 || reps > MAX_REPS || n_tokens < 1 || max_draft < 1 || max_draft > DSP_MAX_DRAFT) {
+        fprintf(stderr, "bench_spec: need -m MODEL; reps 1..%d, -n >= 1, --max-draft 1..%d\n", MAX_REPS, DSP_MAX_DRAFT);
+        return 2;
+    }
+    dsp_model_params mp = dsp_model_default_params();
+    dsp_model *m;
+    if (dsp_model_load(model, &mp, &m)) {
+        fprintf(stderr, "bench_spec: %s\n", dsp_last_error());
+        return 1;
+    }
+    dsp_ctx_params cp = dsp_ctx_default_params();
+    cp.n_threads = threads;
+    cp.n_ctx = 2048;
+    dsp_ctx *c;
+    if (dsp_ctx_create(m, &cp, &c)) {
+        fprintf(stderr, "bench_spec: %s\n", dsp_last_error());
+        return 1;
+    }
+    const dsp_tokenizer *tok = dsp_model_tokenizer(m);
+    char cpu[256];
+    long mem_mb;
+    machine_stamp(cpu, sizeof cpu, &mem_mb);
+    struct utsname un;
+    uname(&un);
+    if (!json)
+        printf("machine: %s, %ld cores online, %ld MiB, %s %s; commit %s; model %s; threads %d; %d tokens, max_draft %d, %d reps\n", cpu,
+               sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, DSP_GIT_COMMIT, model, threads, n_tokens, max_draft, reps);
+
+    set_result res[8];
+    int n_sets = 0, rc = 0;
+    char setbuf[256];
+    snprintf(setbuf, sizeof setbuf, "%s", sets);
+    for (char *save = NULL, *name = strtok_r(setbuf, ",", &save); name && n_sets < 8; name = strtok_r(NULL, ",", &save)) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        DIR *d = opendir(path);
+        if (!d) {
+            fprintf(stderr, "bench_spec: %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+        char *files[MAX_PROMPTS];
+        int nf = 0;
+        for (struct dirent *e; (e = readdir(d)) && nf < MAX_PROMPTS;)
+            if (strstr(e->d_name, ".json")) files[nf++] = strdup(e->d_name);
+        closedir(d);
+        qsort(files, (size_t)nf, sizeof *files, cmp_str);
+        set_result *sr = &res[n_sets++];
+        memset(sr, 0, sizeof *sr);
+        snprintf(sr->name, sizeof sr->name, "%s", name);
+        sr->n_prompts = nf;
+        double pb[MAX_PROMPTS], ps[MAX_PROMPTS], pr[MAX_PROMPTS], tb = 0, ts = 0;
+        size_t tok_b = 0, tok_s = 0, rounds = 0, drafted = 0, accepted = 0, gen_s = 0;
+        for (int fi = 0; fi < nf; fi++) {
+            snprintf(path, sizeof path, "%s/%s/%s", dir, name, files[fi]);
+            char *ctx = slurp(path), *text = NULL;
+            size_t tlen = 0, n_ids = 0;
+            if (!ctx || dsp_chat_render(m, NULL, ctx, strlen(ctx), &text, &tlen)) {
+                fprintf(stderr, "bench_spec: %s: %s\n", path, ctx ? dsp_last_error() : strerror(errno));
+                return 1;
+            }
+            static int32_t ids[8192];
+            if (dsp_tokenize(tok, text, tlen, DSP_TOKENIZE_PARSE_SPECIAL, ids, 8192, &n_ids)) {
+                fprintf(stderr, "bench_spec: %s: %s\n", path, dsp_last_error());
+                return 1;
+            }
+            double bt[MAX_REPS], st[MAX_REPS];
+            static collect cb_, cs_;
+            for (int r = fi == 0 ? -1 : 0; r < reps; r++) { /* r = -1: warm-up (first prompt of a set) */
+                for (int mode = 0; mode < 2; mode++) {
+                    dsp_seq *s;
+                    dsp_seq_create(c, &s); /* a fresh sequence: no prefix reuse between modes */
+                    dsp_gen_params gp = dsp_gen_default_params();
+                    gp.max_tokens = n_tokens;
+                    gp.mode = mode ? DSP_SPEC_LOOKUP : DSP_SPEC_BASELINE;
+                    gp.max_draft = max_draft;
+                    collect *cl = mode ? &cs_ : &cb_;
+                    cl->n = 0;
+                    dsp_gen_result gr;
+                    if (dsp_generate(c, s, ids, n_ids, &gp, on_tok, cl, &gr)) {
+                        fprintf(stderr, "bench_spec: %s: %s\n", path, dsp_last_error());
+                        return 1;
+                    }
+                    dsp_seq_destroy(s);
+                    if (r < 0) continue;
+                    double tps = gr.decode_ms > 0 ? (double)gr.n_generated / (gr.decode_ms / 1e3) : 0;
+                    if (mode) {
+                        st[r] = tps, ts += gr.decode_ms, tok_s += gr.n_generated;
+                        rounds += gr.n_rounds, drafted += gr.n_drafted, accepted += gr.n_accepted, gen_s += gr.n_generated;
+                    } else {
+                        bt[r] = tps, tb += gr.decode_ms, tok_b += gr.n_generated;
+                    }
+                }
+                if (r >= 0 && (cb_.n != cs_.n || memcmp(cb_.ids, cs_.ids, sizeof(int32_t) * (size_t)cb_.n))) {
+                    fprintf(stderr, "bench_spec: %s: lookup output differs from baseline!\n", path);
+                    sr->mismatches++;
+                    rc = 1;
+                }
+            }
+            pb[fi] = median(bt, reps), ps[fi] = median(st, reps), pr[fi] = ps[fi] / pb[fi];
+            if (!json)
+                printf("  %-5s %-28s %4d prompt tok %4d gen: baseline %6.2f tok/s  lookup %6.2f tok/s  %.2fx\n", name, files[fi], (int)n_ids, cs_.n, pb[fi],
+                       ps[fi], pr[fi]);
+            fflush(stdout);
+            free(ctx);
+            free(text);
+            free(files[fi]);
+        }
+        sr->tokens = tok_s;
+        sr->base_tps = median(pb, nf);
+        sr->spec_tps = median(ps, nf);
+        sr->speedup_median = median(pr, nf);
+        sr->speedup_aggregate = (tok_s / ts) / (tok_b / tb);
+        sr->mean_accept_len = rounds ? (double)gen_s / (double)rounds : 0;
+        sr->accept_rate = drafted ? (double)accepted / (double)drafted : 0;
+    }
+    if (json) {
+        printf("{\"machine\": {\"cpu\": \"%s\", \"cores_online\": %ld, \"mem_mib\": %ld, \"kernel\": \"%s %s\", \"commit\": \"%s\"}, ", cpu,
+               sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, DSP_GIT_COMMIT);
+        printf("\"model\": \"%s\", \"threads\": %d, \"max_tokens\": %d, \"max_draft\": %d, \"reps\": %d, \"sets\": [", model, threads, n_tokens, max_draft,
+               reps);
+        for (int i = 0; i < n_sets; i++)
+            printf("%s{\"name\": \"%s\", \"prompts\": %d, \"baseline_tok_per_s\": %.3f, \"lookup_tok_per_s\": %.3f, \"speedup_median\": %.3f, "
+                   "\"speedup_aggregate\": %.3f, \"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f, \"mismatches\": %d}",
+                   i ? ", " : "", res[i].name, res[i].n_prompts, res[i].base_tps, res[i].spec_tps, res[i].speedup_median, res[i].speedup_aggregate,
+                   res[i].mean_accept_len, res[i].accept_rate, res[i].mismatches);
+        printf("]}\n");
+    } else {
+        for (int i = 0; i < n_sets; i++)
+            printf("%-5s: %d prompts; median decode tok/s baseline %.2f, lookup %.2f; speedup median %.2fx, aggregate %.2fx; mean accepted length %.2f, "
+                   "draft acceptance %.2f%s\n",
+                   res[i].name, res[i].n_prompts, res[i].base_tps, res[i].spec_tps, res[i].speedup_median, res[i].speedup_aggregate, res[i].mean_accept_len,
+                   res[i].accept_rate, res[i].mismatches ? " (OUTPUT MISMATCH)" : "");
+    }
+    dsp_ctx_destroy(c);
+    dsp_model_destroy(m);
+    return rc;
+}

@@ -1,0 +1,469 @@
+/* Speculative decoding end to end on the default model (DESIGN.md §2 "Losslessness").
+ *
+ *  - greedy lossless: for 44 prompts (22 copy-heavy, 22 general chat) x max_draft in
+ *    {1, 2, 3, 4, 8, 16} x {no penalties, presence + frequency + repetition penalties}, lookup
+ *    emits exactly what baseline emits: the same token ids, the same text in the same event
+ *    boundaries, bit-identical logprobs (chosen + top alternatives), the same finish reason;
+ *  - stops inside an accepted block: stop strings (also ones split across tokens), EOS and
+ *    max_tokens cut lookup exactly where they cut baseline, and the KV cache left behind is the
+ *    same (a follow-up turn reuses the same number of tokens);
+ *  - sampling: with the same seed, lookup's tokens equal baseline's at T > 0 with top-k/top-p/
+ *    min-p/penalties (the one-hot verifier consumes the RNG exactly as plain decoding does; see
+ *    spec.h), seeded runs are reproducible;
+ *  - the drafter interface: a drafter that supplies q (rejection sampling) is reproducible and
+ *    greedy-lossless; a drafter that asks for hidden-state taps receives one row per committed
+ *    position, each exactly once, in order.
+ * The statistical proof that the verifier samples the exact target is tests/test_spec_verify.c.
+ *
+ * Cost: the default model decodes at ~10-20 tok/s on the 2-core CI machine with the reference
+ * kernels, and the complete greedy matrix (44 x 6 x 2 lookup runs + 88 baseline runs) takes
+ * ~30 minutes there. So the level is chosen by DSP_SPEC_TEST_LEVEL:
+ *   quick (default, both CI builds): every prompt, both penalty settings, and max_draft rotating
+ *         through {1, 2, 3, 4, 8, 16} (each value is used on ~15 prompt/penalty pairs), 16 tokens;
+ *         the stop cases at max_draft 2 and 16; each sampling configuration on 1-2 prompts;
+ *   full: the complete cross products, 24 tokens (run before merging a change to spec/ or engine/).
+ * DSP_SPEC_TEST_TOKENS overrides the generation length. */
+/* ctest-label: e2e */
+#include "dsp_test.h"
+
+#include "dspark.h"
+#include "engine/engine.h"
+#include "spec/spec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dsp_model *g_m;
+static dsp_ctx *g_c;
+static int g_tokens = 16;
+static bool g_full = false;
+
+#define CHAT(u) "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n" u "<|im_end|>\n<|im_start|>assistant\n"
+
+static const char *g_prompts[] = {
+    /* copy-heavy */
+    CHAT("Repeat this sentence exactly: The committee will meet on Tuesday at noon in room 4B to review the budget."),
+    CHAT("Quote the first line of this poem: 'Shall I compare thee to a summer's day? Thou art more lovely and more temperate.'"),
+    CHAT("Fix the typo and return the code:\ndef add(a, b):\n    retrun a + b\n"),
+    CHAT("Rename the variable x to count in this code:\nx = 0\nfor item in items:\n    x += 1\nprint(x)\n"),
+    CHAT("Context: The Eiffel Tower is 330 metres tall and was completed in 1889 for the World's Fair.\nQuestion: How tall is the Eiffel Tower? Quote the context."),
+    CHAT("Copy the list: apples, bananas, cherries, dates, elderberries, figs, grapes."),
+    CHAT("Translate nothing, just echo: Hello world, hello world, hello world."),
+    CHAT("Write the JSON back with the name changed to Bob: {\"name\": \"Alice\", \"age\": 30, \"city\": \"Paris\"}"),
+    CHAT("Summarize with a quote: 'We choose to go to the Moon in this decade and do the other things, not because they are easy, but because they are hard.'"),
+    CHAT("Add a docstring to this function and return it:\ndef square(n):\n    return n * n\n"),
+    CHAT("Repeat the numbers: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12."),
+    CHAT("Make this sentence formal, keeping most words: hey guys, the meeting is moved to friday afternoon, see you there."),
+    CHAT("Source [1]: Water boils at 100 degrees Celsius at sea level. Source [2]: At high altitude water boils at a lower temperature.\nAnswer with citations: at what temperature does water boil?"),
+    CHAT("Convert to uppercase: the quick brown fox jumps over the lazy dog."),
+    CHAT("Return this HTML unchanged: <ul><li>One</li><li>Two</li><li>Three</li></ul>"),
+    CHAT("Change the port to 8080 and return the config:\nserver:\n  host: localhost\n  port: 3000\n  debug: true\n"),
+    CHAT("Repeat after me: To be, or not to be, that is the question."),
+    CHAT("Here is my previous answer: 'Paris is the capital of France and its largest city.' Please repeat it and add one fact."),
+    CHAT("Correct the grammar: She go to the store every days and buy three apple."),
+    CHAT("Echo the SQL query: SELECT name, age FROM users WHERE age > 21 ORDER BY name;"),
+    CHAT("List the items again: red, green, blue; red, green, blue; red, green, blue."),
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown",
+    /* general chat */
+    CHAT("What is the capital of France?"),
+    CHAT("Give me three tips for sleeping better."),
+    CHAT("Explain photosynthesis in simple terms."),
+    CHAT("Write a haiku about autumn."),
+    CHAT("What are the benefits of regular exercise?"),
+    CHAT("How do I boil an egg?"),
+    CHAT("Tell me a short story about a robot."),
+    CHAT("What is machine learning?"),
+    CHAT("Suggest a name for a pet cat."),
+    CHAT("Why is the sky blue?"),
+    CHAT("How many days are in a leap year?"),
+    CHAT("What should I pack for a beach holiday?"),
+    CHAT("Describe the taste of chocolate."),
+    CHAT("What is the difference between weather and climate?"),
+    CHAT("Give me a recipe idea for dinner."),
+    CHAT("Who wrote Romeo and Juliet?"),
+    CHAT("How can I improve my handwriting?"),
+    CHAT("What is a black hole?"),
+    CHAT("Recommend a good habit to start this year."),
+    CHAT("Explain what a computer virus is."),
+    "Once upon a time",
+    "def fibonacci(n):",
+};
+#define N_PROMPTS ((int)(sizeof g_prompts / sizeof g_prompts[0]))
+
+typedef struct events {
+    int32_t ids[1024];
+    size_t text_off[1025]; /* event boundaries in text */
+    float lp[1024][3];     /* chosen, top-1, top-2 logprob */
+    int32_t top[1024][2];
+    int n;
+    char text[16384];
+    size_t n_text;
+} events;
+
+static bool collect(const dsp_token_event *ev, void *user) {
+    events *e = user;
+    if (e->n >= 1024 || e->n_text + ev->text_len >= sizeof e->text) return false;
+    e->ids[e->n] = ev->token;
+    e->lp[e->n][0] = ev->chosen.logprob;
+    for (int i = 0; i < 2; i++) {
+        e->lp[e->n][1 + i] = i < ev->n_top ? ev->top[i].logprob : 0.0f;
+        e->top[e->n][i] = i < ev->n_top ? ev->top[i].token : -1;
+    }
+    memcpy(e->text + e->n_text, ev->text, ev->text_len);
+    e->n_text += ev->text_len;
+    e->n++;
+    e->text_off[e->n] = e->n_text;
+    return true;
+}
+
+static int tokenize(const char *s, int32_t *ids, size_t cap) {
+    size_t n = 0;
+    CHECK(dsp_tokenize(dsp_model_tokenizer(g_m), s, strlen(s), DSP_TOKENIZE_PARSE_SPECIAL, ids, cap, &n) == DSP_OK);
+    return (int)n;
+}
+
+typedef struct run_out {
+    events ev;
+    dsp_gen_result r;
+} run_out;
+
+static void run(dsp_seq *s, const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) {
+    memset(&o->ev, 0, sizeof o->ev);
+    dsp_status st = dsp_generate(g_c, s, p, (size_t)n, gp, collect, &o->ev, &o->r);
+    CHECK_MSG(st == DSP_OK, "%s", dsp_last_error());
+}
+
+/* identical output, event by event; returns true if so */
+static bool same(const run_out *a, const run_out *b, const char *what) {
+    bool ok = a->ev.n == b->ev.n && !memcmp(a->ev.ids, b->ev.ids, sizeof(int32_t) * (size_t)a->ev.n) && a->ev.n_text == b->ev.n_text &&
+              !memcmp(a->ev.text, b->ev.text, a->ev.n_text) &&
+              !memcmp(a->ev.text_off, b->ev.text_off, sizeof(size_t) * (size_t)(a->ev.n + 1)) &&
+              !memcmp(a->ev.lp, b->ev.lp, sizeof(float) * 3 * (size_t)a->ev.n) &&
+              !memcmp(a->ev.top, b->ev.top, sizeof(int32_t) * 2 * (size_t)a->ev.n) && a->r.finish == b->r.finish &&
+              a->r.n_generated == b->r.n_generated;
+    CHECK_MSG(ok, "%s: %d tokens vs %d, text \"%.*s\" vs \"%.*s\"", what, a->ev.n, b->ev.n, (int)a->ev.n_text, a->ev.text, (int)b->ev.n_text,
+              b->ev.text);
+    return ok;
+}
+
+static const int g_drafts[] = {1, 2, 3, 4, 8, 16};
+
+static void test_greedy_lossless(void) {
+    size_t drafted = 0, accepted = 0, rounds = 0, gen = 0;
+    int runs = 0;
+    for (int pi = 0; pi < N_PROMPTS; pi++) {
+        int32_t ids[512];
+        int n = tokenize(g_prompts[pi], ids, 512);
+        dsp_seq *s;
+        CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
+        for (int pen = 0; pen < 2; pen++) {
+            dsp_gen_params gp = dsp_gen_default_params();
+            gp.max_tokens = g_tokens;
+            gp.logprobs = 2;
+            if (pen) gp.presence_penalty = 0.6f, gp.frequency_penalty = 0.4f, gp.repetition_penalty = 1.15f;
+            static run_out base, spec;
+            run(s, ids, n, &gp, &base);
+            for (size_t di = 0; di < sizeof g_drafts / sizeof g_drafts[0]; di++) {
+                if (!g_full && di != (size_t)(pi * 2 + pen) % 6) continue;
+                gp.mode = DSP_SPEC_LOOKUP;
+                gp.max_draft = g_drafts[di];
+                run(s, ids, n, &gp, &spec);
+                char what[96];
+                snprintf(what, sizeof what, "prompt %d, penalties %d, max_draft %d", pi, pen, g_drafts[di]);
+                same(&base, &spec, what);
+                drafted += spec.r.n_drafted, accepted += spec.r.n_accepted, rounds += spec.r.n_rounds, gen += spec.r.n_generated;
+                runs++;
+            }
+            gp.mode = DSP_SPEC_BASELINE;
+        }
+        dsp_seq_destroy(s);
+    }
+    fprintf(stderr, "  level %s, %d tokens: %d lookup runs over %d prompts: %zu tokens in %zu rounds, %zu/%zu drafts accepted\n", g_full ? "full" : "quick", g_tokens, runs, N_PROMPTS, gen, rounds, accepted,
+            drafted);
+    CHECK(accepted > 0 && accepted < drafted); /* both full and partial acceptance happened */
+}
+
+/* A copy-heavy prompt; the stop string is taken from baseline's own output so that it falls
+ * inside a block lookup accepts, including across a token boundary. */
+static void test_stops_inside_blocks(void) {
+    int32_t ids[512];
+    int n = tokenize(g_prompts[0], ids, 512);
+    dsp_seq *s;
+    CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
+    dsp_gen_params gp = dsp_gen_default_params();
+    gp.max_tokens = 40;
+    gp.logprobs = 1;
+    static run_out full, a, b;
+    run(s, ids, n, &gp, &full);
+    CHECK(full.ev.n >= 12);
+    /* stops: across the boundary of tokens 6|7, inside token 9, and max_tokens = 5, 11 */
+    for (int cse = 0; cse < 4; cse++) {
+        char stop[32] = "";
+        dsp_gen_params g2 = gp;
+        if (cse == 0) {
+            size_t at = full.ev.text_off[7];
+            snprintf(stop, sizeof stop, "%.*s", 3, full.ev.text + at - 1); /* last byte of token 6 + 2 of 7 */
+            g2.stop[0] = stop;
+        } else if (cse == 1) {
+            size_t at = full.ev.text_off[9];
+            snprintf(stop, sizeof stop, "%.*s", 2, full.ev.text + at + 1);
+            g2.stop[0] = stop;
+        } else {
+            g2.max_tokens = cse == 2 ? 5 : 11;
+        }
+        run(s, ids, n, &g2, &a);
+        size_t cached_base = dsp_seq_n_cached(s);
+        for (int di = 0; di < 6; di++) {
+            if (!g_full && di != 1 && di != 5) continue; /* quick: max_draft 2 and 16 */
+            g2.mode = DSP_SPEC_LOOKUP;
+            g2.max_draft = g_drafts[di];
+            run(s, ids, n, &g2, &b);
+            char what[64];
+            snprintf(what, sizeof what, "stop case %d max_draft %d", cse, g_drafts[di]);
+            same(&a, &b, what);
+            CHECK_EQ_INT(dsp_seq_n_cached(s), cached_base);
+            if (cse < 2) {
+                CHECK_EQ_INT(b.r.finish, DSP_FINISH_STOP);
+                CHECK(strstr(b.ev.text, stop) == NULL);
+            }
+            g2.mode = DSP_SPEC_BASELINE;
+        }
+    }
+    /* EOS inside a block: the full reply ends with the end-of-turn token */
+    CHECK_EQ_INT(full.r.finish, DSP_FINISH_STOP);
+    gp.mode = DSP_SPEC_LOOKUP;
+    gp.max_draft = 16;
+    run(s, ids, n, &gp, &b);
+    same(&full, &b, "EOS");
+    /* a follow-up turn after a lookup reply reuses exactly what it reuses after a baseline reply */
+    int32_t p2[1024];
+    memcpy(p2, ids, sizeof(int32_t) * (size_t)n);
+    memcpy(p2 + n, b.ev.ids, sizeof(int32_t) * (size_t)b.ev.n);
+    int n2 = n + b.ev.n;
+    n2 += tokenize("\n<|im_start|>user\nAgain, please.<|im_end|>\n<|im_start|>assistant\n", p2 + n2, (size_t)(1024 - n2));
+    run(s, p2, n2, &gp, &b);
+    CHECK_EQ_INT(b.r.n_cached, n + full.ev.n - 1);
+    gp.mode = DSP_SPEC_BASELINE;
+    dsp_seq *s2;
+    CHECK(dsp_seq_create(g_c, &s2) == DSP_OK);
+    run(s2, p2, n2, &gp, &a);
+    same(&a, &b, "second turn");
+    dsp_seq_destroy(s2);
+    dsp_seq_destroy(s);
+}
+
+static void test_sampling_equals_baseline(void) {
+    static const struct { float t, top_p, min_p, pres, freq, rep; int top_k; } cfgs[] = {
+        {0.8f, 0.9f, 0.0f, 0.0f, 0.0f, 1.0f, 0},
+        {1.0f, 1.0f, 0.05f, 0.0f, 0.0f, 1.0f, 40},
+        {0.7f, 0.95f, 0.0f, 0.5f, 0.5f, 1.1f, 20},
+    };
+    static const int prompts[] = {0, 6, 10, 20, 24};
+    for (size_t ci = 0; ci < 3; ci++)
+        for (size_t pi = 0; pi < sizeof prompts / sizeof prompts[0]; pi++) {
+            if (!g_full && pi % 3 != ci % 3) continue; /* quick: 1-2 prompts per configuration */
+            int32_t ids[512];
+            int n = tokenize(g_prompts[prompts[pi]], ids, 512);
+            dsp_seq *s;
+            CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
+            dsp_gen_params gp = dsp_gen_default_params();
+            gp.max_tokens = g_tokens;
+            gp.temperature = cfgs[ci].t, gp.top_p = cfgs[ci].top_p, gp.min_p = cfgs[ci].min_p, gp.top_k = cfgs[ci].top_k;
+            gp.presence_penalty = cfgs[ci].pres, gp.frequency_penalty = cfgs[ci].freq, gp.repetition_penalty = cfgs[ci].rep;
+            gp.seed = 1000 + ci * 10 + pi;
+            gp.logprobs = 1;
+            static run_out base, x, y;
+            run(s, ids, n, &gp, &base);
+            gp.mode = DSP_SPEC_LOOKUP;
+            gp.max_draft = 8;
+            run(s, ids, n, &gp, &x);
+            run(s, ids, n, &gp, &y);
+            char what[64];
+            snprintf(what, sizeof what, "sampling config %zu prompt %d", ci, prompts[pi]);
+            same(&base, &x, what);
+            same(&x, &y, "seeded lookup twice");
+            gp.max_draft = 3;
+            run(s, ids, n, &gp, &y);
+            same(&x, &y, "seeded lookup, another max_draft");
+            dsp_seq_destroy(s);
+        }
+}
+
+/* ---- drafters through the interface ------------------------------------------------------ */
+
+/* Supplies q: wraps lookup; each draft is the lookup token with probability 0.75, else a uniformly
+ * chosen token of a small set; q is that mixture (so rejection sampling with the residual runs). */
+typedef struct qdrafter {
+    dsp_drafter base;
+    dsp_drafter *lk;
+    dsp_rng rng;
+    int V;
+} qdrafter;
+
+static int32_t qd_propose(dsp_drafter *d, const int32_t *t, uint32_t n, int32_t k_max, int32_t *draft, float *q) {
+    qdrafter *x = (qdrafter *)d;
+    int32_t k = dsp_drafter_propose(x->lk, t, n, k_max, draft, NULL);
+    static const int32_t alt[4] = {30, 260, 284, 314};
+    for (int32_t i = 0; i < k; i++) {
+        float *qi = q + (size_t)i * (size_t)x->V;
+        memset(qi, 0, sizeof(float) * (size_t)x->V);
+        qi[draft[i]] += 0.75f;
+        for (int j = 0; j < 4; j++) qi[alt[j]] += 0.0625f;
+        if (dsp_rng_uniform(&x->rng) >= 0.75) draft[i] = alt[dsp_rng_next_u64(&x->rng) % 4];
+    }
+    return k;
+}
+static void qd_observe(dsp_drafter *d, const dsp_spec_commit *c) { dsp_drafter_observe(((qdrafter *)d)->lk, c); }
+static void qd_reset(dsp_drafter *d) {
+    qdrafter *x = (qdrafter *)d;
+    dsp_drafter_reset(x->lk);
+    dsp_rng_seed(&x->rng, 4242);
+}
+static void qd_destroy(dsp_drafter *d) { (void)d; }
+static const dsp_drafter_ops qd_ops = {"test-q", qd_propose, qd_observe, qd_reset, qd_destroy};
+
+static void test_q_drafter(void) {
+    qdrafter x;
+    memset(&x, 0, sizeof x);
+    x.base.ops = &qd_ops;
+    x.base.supplies_q = true;
+    x.V = dsp_tokenizer_n_vocab(dsp_model_tokenizer(g_m));
+    dsp_lookup_params lp = {2, 4, 8, dsp_ctx_n_ctx(g_c), false};
+    CHECK(dsp_lookup_create(&lp, &x.lk) == DSP_OK);
+    int32_t ids[512];
+    int n = tokenize(g_prompts[10], ids, 512);
+    dsp_seq *s;
+    CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
+    dsp_gen_params gp = dsp_gen_default_params();
+    gp.max_tokens = g_tokens;
+    gp.max_draft = 8;
+    gp.logprobs = 0;
+    static run_out base, a, b;
+    run(s, ids, n, &gp, &base); /* greedy */
+    memset(&a.ev, 0, sizeof a.ev);
+    CHECK(dsp_engine_generate(g_c, s, ids, (size_t)n, &gp, &x.base, DSP_SPEC_FAULT_NONE, collect, &a.ev, &a.r) == DSP_OK);
+    same(&base, &a, "q drafter, greedy");
+    CHECK(a.r.n_drafted > 0);
+    gp.temperature = 0.9f;
+    gp.seed = 5;
+    memset(&a.ev, 0, sizeof a.ev);
+    memset(&b.ev, 0, sizeof b.ev);
+    CHECK(dsp_engine_generate(g_c, s, ids, (size_t)n, &gp, &x.base, DSP_SPEC_FAULT_NONE, collect, &a.ev, &a.r) == DSP_OK);
+    CHECK(dsp_engine_generate(g_c, s, ids, (size_t)n, &gp, &x.base, DSP_SPEC_FAULT_NONE, collect, &b.ev, &b.r) == DSP_OK);
+    same(&a, &b, "q drafter, seeded twice");
+    CHECK(a.r.n_accepted > 0);
+    dsp_drafter_destroy(x.lk);
+    dsp_seq_destroy(s);
+}
+
+/* Wants taps: checks it is shown every committed position's hidden state exactly once, in order. */
+typedef struct tapdrafter {
+    dsp_drafter base;
+    dsp_drafter *lk;
+    uint32_t next_pos; /* next position whose tap row is expected */
+    int bad, rows;
+    int E;
+} tapdrafter;
+
+static int32_t td_propose(dsp_drafter *d, const int32_t *t, uint32_t n, int32_t k_max, int32_t *draft, float *q) {
+    return dsp_drafter_propose(((tapdrafter *)d)->lk, t, n, k_max, draft, q);
+}
+static void td_observe(dsp_drafter *d, const dsp_spec_commit *c) {
+    tapdrafter *x = (tapdrafter *)d;
+    dsp_drafter_observe(x->lk, c);
+    if (c->n_tap_rows == 0) return;
+    if (!c->taps || c->tap_pos != x->next_pos) x->bad++;
+    for (int r = 0; c->taps && r < c->n_tap_rows; r++) {
+        float s = 0;
+        for (int i = 0; i < x->E; i++) s += c->taps[(size_t)r * (size_t)x->E + (size_t)i] * c->taps[(size_t)r * (size_t)x->E + (size_t)i];
+        if (!(s > 0)) x->bad++;
+    }
+    x->next_pos = c->tap_pos + (uint32_t)c->n_tap_rows;
+    x->rows += c->n_tap_rows;
+    if (x->next_pos != c->n_tokens - 1 && c->n_drafted + c->n_accepted > 0) x->bad++; /* all but the newest token seen */
+}
+static void td_reset(dsp_drafter *d) {
+    tapdrafter *x = (tapdrafter *)d;
+    dsp_drafter_reset(x->lk);
+    x->next_pos = 0, x->bad = 0, x->rows = 0;
+}
+static const dsp_drafter_ops td_ops = {"test-taps", td_propose, td_observe, td_reset, qd_destroy};
+
+static void test_taps_drafter(void) {
+    tapdrafter x;
+    memset(&x, 0, sizeof x);
+    x.base.ops = &td_ops;
+    x.base.n_taps = 1;
+    x.base.tap_layers[0] = 3;
+    x.E = 576; /* SmolLM2-135M n_embd */
+    dsp_lookup_params lp = {2, 4, 8, dsp_ctx_n_ctx(g_c), false};
+    CHECK(dsp_lookup_create(&lp, &x.lk) == DSP_OK);
+    int32_t ids[512];
+    int n = tokenize(g_prompts[10], ids, 512);
+    dsp_seq *s;
+    CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
+    dsp_gen_params gp = dsp_gen_default_params();
+    gp.max_tokens = g_tokens;
+    gp.max_draft = 8;
+    static run_out base, a;
+    run(s, ids, n, &gp, &base);
+    dsp_seq *s2;
+    CHECK(dsp_seq_create(g_c, &s2) == DSP_OK); /* a fresh sequence: every prompt position is computed */
+    memset(&a.ev, 0, sizeof a.ev);
+    CHECK(dsp_engine_generate(g_c, s2, ids, (size_t)n, &gp, &x.base, DSP_SPEC_FAULT_NONE, collect, &a.ev, &a.r) == DSP_OK);
+    same(&base, &a, "taps drafter");
+    CHECK_EQ_INT(x.bad, 0);
+    CHECK(a.r.n_accepted > 0);
+    CHECK(x.rows >= n + (int)a.r.n_accepted);
+    dsp_drafter_destroy(x.lk);
+    dsp_seq_destroy(s2);
+    dsp_seq_destroy(s);
+}
+
+static void test_bad_params(void) {
+    int32_t ids[8] = {1, 2, 3, 4};
+    dsp_seq *s;
+    CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
+    dsp_gen_params gp = dsp_gen_default_params();
+    gp.mode = DSP_SPEC_LOOKUP;
+    gp.max_draft = 0;
+    CHECK_EQ_INT(dsp_generate(g_c, s, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
+    CHECK(strstr(dsp_last_error(), "max_draft") != NULL);
+    gp.max_draft = DSP_MAX_DRAFT + 1;
+    CHECK_EQ_INT(dsp_generate(g_c, s, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
+    gp.max_draft = 4, gp.lookup_min_n = 3, gp.lookup_max_n = 2;
+    CHECK_EQ_INT(dsp_generate(g_c, s, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
+    gp.lookup_min_n = 2, gp.mode = (dsp_spec_mode)7;
+    CHECK_EQ_INT(dsp_generate(g_c, s, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
+    dsp_seq_destroy(s);
+}
+
+int main(void) {
+    const char *dir = dsp_test_models_dir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir ? dir : "models");
+    const char *lv = getenv("DSP_SPEC_TEST_LEVEL");
+    if (lv && !strcmp(lv, "full")) g_full = true, g_tokens = 24;
+    const char *nt = getenv("DSP_SPEC_TEST_TOKENS");
+    if (nt && atoi(nt) > 0) g_tokens = atoi(nt);
+    dsp_model_params mp = dsp_model_default_params();
+    if (dsp_model_load(path, &mp, &g_m) != DSP_OK) {
+        printf("SKIP: default model not available (%s); run scripts/fetch-models\n", dsp_last_error());
+        return 0;
+    }
+    dsp_ctx_params cp = dsp_ctx_default_params();
+    cp.n_ctx = 512;
+    cp.kv_tokens = 2048;
+    cp.n_threads = 2;
+    CHECK(dsp_ctx_create(g_m, &cp, &g_c) == DSP_OK);
+    DSP_RUN(test_bad_params);
+    DSP_RUN(test_stops_inside_blocks);
+    DSP_RUN(test_q_drafter);
+    DSP_RUN(test_taps_drafter);
+    DSP_RUN(test_sampling_equals_baseline);
+    DSP_RUN(test_greedy_lossless);
+    dsp_ctx_destroy(g_c);
+    dsp_model_destroy(g_m);
+    return dsp_test_summary();
+}
