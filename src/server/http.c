@@ -33,6 +33,7 @@ typedef struct conn {
     size_t n_body, cap_body;
     bool too_large;
     bool replied;          /* a reply was queued before the body was read */
+    bool active;           /* counted in s->n_active until the connection's request completes */
     dsp_srv_req *req;      /* non-streaming: the request being waited for */
 } conn;
 
@@ -148,6 +149,7 @@ static void sse_free(void *cls) {
     dsp_srv_sched_abandon(st->s, st->r); /* no-op unless the stream ended early */
     dsp_srv_req_release(st->r);
     free(st->pending);
+    atomic_fetch_sub(&st->s->n_active, 1);
     free(st);
 }
 
@@ -171,6 +173,7 @@ static enum MHD_Result run_generation(conn *c, struct MHD_Connection *mc, const 
     }
     if (r->stream) {
         sse *st = calloc(1, sizeof *st);
+        if (st) atomic_fetch_add(&s->n_active, 1); /* until sse_free */
         struct MHD_Response *resp = st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, st, sse_free) : NULL;
         if (!resp) {
             free(st);
@@ -189,6 +192,8 @@ static enum MHD_Result run_generation(conn *c, struct MHD_Connection *mc, const 
     }
     /* non-streaming: wait here, watching the socket */
     c->req = r;
+    c->active = true;
+    atomic_fetch_add(&s->n_active, 1); /* until on_completed */
     set_timeout(mc, 0);
     int fd = conn_fd(mc);
     pthread_mutex_lock(&r->mu);
@@ -324,6 +329,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
         dsp_srv_sched_abandon(s, c->req);
         dsp_srv_req_release(c->req);
     }
+    if (c->active) atomic_fetch_sub(&s->n_active, 1);
     free(c->body);
     free(c);
     *con_cls = NULL;
@@ -363,6 +369,12 @@ void dsp_srv_http_quiesce(dsp_srv *s) {
     if (!s->daemon) return;
     MHD_socket fd = MHD_quiesce_daemon(s->daemon);
     if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+void dsp_srv_http_flush(dsp_srv *s, double timeout_s) {
+    double t0 = dsp_srv_now_ms();
+    struct timespec ts = {0, 10 * 1000000L};
+    while (atomic_load(&s->n_active) > 0 && dsp_srv_now_ms() - t0 < timeout_s * 1e3) nanosleep(&ts, NULL);
 }
 
 void dsp_srv_http_stop(dsp_srv *s) {

@@ -54,6 +54,7 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     pthread_cond_init(&s->idle_cv, NULL);
     atomic_init(&s->draining, false);
     atomic_init(&s->hard_stop, false);
+    atomic_init(&s->n_active, 0);
     json_object_seed(0); /* once, before any thread parses JSON */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -116,6 +117,7 @@ void dsp_srv_destroy(dsp_srv *s) {
     if (!s) return;
     /* engine first: that answers every waiting connection thread, so MHD can join them */
     dsp_srv_sched_stop(s);
+    dsp_srv_http_flush(s, 5); /* let the replies to those go out before the sockets close */
     dsp_srv_http_stop(s);
     dsp_ctx_destroy(s->ctx);
     dsp_model_destroy(s->model);

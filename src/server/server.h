@@ -172,6 +172,7 @@ struct dsp_srv {
     uint64_t slot_clock;
 
     struct MHD_Daemon *daemon;
+    atomic_int n_active;         /* generation requests whose reply is not yet sent */
     int port;                    /* the bound port */
 };
 
@@ -203,6 +204,8 @@ bool dsp_srv_model_known(dsp_srv *s, const char *name);
 
 dsp_status dsp_srv_http_start(dsp_srv *s);
 void dsp_srv_http_quiesce(dsp_srv *s);  /* stop accepting connections */
+/* Wait (at most timeout_s) until every generation reply has been sent. */
+void dsp_srv_http_flush(dsp_srv *s, double timeout_s);
 void dsp_srv_http_stop(dsp_srv *s);     /* close everything; connection threads joined */
 
 dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out);
