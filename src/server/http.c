@@ -279,8 +279,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
                              cl, s->cfg.max_body);
                 return reply_error(mc, method, url, &e);
             }
-            if (n > 0 && !(c->body = malloc((size_t)n + 1))) return MHD_NO;
-            c->cap_body = n ? (size_t)n + 1 : 0;
+            /* the buffer grows with what actually arrives, not with what the header promises */
         }
         c->route = route;
         c->replied = false;
