@@ -38,10 +38,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     double tol = 5e-4; /* 3x the HF cached-vs-uncached noise of the fixtures (1.6e-4) */
-    int threads = 2;
+    int threads = 2, max_prompt = 1 << 30;
     for (int i = 3; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--tol")) tol = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--max-prompt-tokens")) max_prompt = atoi(argv[i + 1]); /* skip longer prompts */
     }
     json_error_t jerr;
     json_t *fx = json_load_file(argv[1], JSON_ALLOW_NUL, &jerr); /* generated_text may hold NUL */
@@ -80,6 +81,10 @@ int main(int argc, char **argv) {
         json_t *pr = json_array_get(prompts, p);
         const char *name = json_string_value(json_object_get(pr, "name"));
         int np = load_ids(json_object_get(pr, "prompt_ids"), ids, (int)cap);
+        if (np > max_prompt) {
+            printf("skip %-14s prompt %3d tokens (over --max-prompt-tokens %d)\n", name, np, max_prompt);
+            continue;
+        }
         int32_t hf[64];
         int steps = load_ids(json_object_get(pr, "tokens"), hf, 64);
         json_t *top_ids = json_object_get(pr, "top_ids"), *top_logits = json_object_get(pr, "top_logits"), *margins = json_object_get(pr, "margins");

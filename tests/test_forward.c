@@ -95,6 +95,36 @@ static void test_rollback(void) {
     free(ref);
 }
 
+/* hidden-state taps (for block drafters) obey the same invariance: one chunk vs one at a time */
+static void taps_run(int chunk, float *taps_out) {
+    int E = dsp_fwd_n_embd(g_f);
+    int32_t layers[2] = {1, 5};
+    dsp_kv_seq a;
+    dsp_fwd_seq_init(g_f, &a);
+    dsp_kv_seq *seqs[1] = {&a};
+    float *lg = malloc(sizeof(float) * (size_t)g_V);
+    for (int done = 0; done < N_PROMPT; done += chunk) {
+        int k = chunk < N_PROMPT - done ? chunk : N_PROMPT - done;
+        int32_t seq[N_PROMPT] = {0}, pos[N_PROMPT], row = k - 1;
+        for (int i = 0; i < k; i++) pos[i] = done + i;
+        dsp_batch b = {k, g_prompt + done, seq, pos, 1, &row, 2, layers};
+        CHECK(dsp_fwd_run(g_f, seqs, 1, &b, lg, taps_out + (size_t)done * 2 * E) == DSP_OK);
+    }
+    dsp_kv_seq_free(dsp_fwd_kv(g_f), &a);
+    free(lg);
+}
+
+static void test_taps(void) {
+    size_t n = (size_t)N_PROMPT * 2 * dsp_fwd_n_embd(g_f);
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    taps_run(N_PROMPT, x);
+    taps_run(1, y);
+    CHECK(memcmp(x, y, n * sizeof(float)) == 0);
+    CHECK(memcmp(x, x + dsp_fwd_n_embd(g_f), (size_t)dsp_fwd_n_embd(g_f) * sizeof(float)) != 0); /* layers differ */
+    free(x);
+    free(y);
+}
+
 static void test_bad_input(void) {
     dsp_kv_seq a;
     dsp_fwd_seq_init(g_f, &a);
@@ -138,6 +168,7 @@ int main(void) {
     g_V = dsp_fwd_n_vocab(g_f);
     DSP_RUN(test_batch_invariance);
     DSP_RUN(test_rollback);
+    DSP_RUN(test_taps);
     DSP_RUN(test_bad_input);
     dsp_fwd_destroy(g_f);
     dsp_model_destroy(g_m);

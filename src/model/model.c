@@ -99,6 +99,28 @@ static dsp_status fill_info(dsp_model *m) {
     return DSP_OK;
 }
 
+/* Fault the weights in now, with a progress line, rather than during the first forward: on a large
+ * model that is the slow part of a load, and a user on a terminal wants to see it move. */
+static void prefault(const dsp_model *m) {
+    uint64_t total = 0, done = 0;
+    for (uint64_t i = 0; i < m->info.n_tensors; i++) total += dsp_gguf_tensor_at(m->gguf, i)->nbytes;
+    int last = -1;
+    volatile uint8_t sink = 0;
+    for (uint64_t i = 0; i < m->info.n_tensors; i++) {
+        const dsp_gguf_tensor *t = dsp_gguf_tensor_at(m->gguf, i);
+        const uint8_t *p = t->data;
+        for (uint64_t off = 0; off < t->nbytes; off += 4096) sink ^= p[off];
+        done += t->nbytes;
+        int pct = total ? (int)(done * 100 / total) : 100;
+        if (pct / 5 != last / 5) {
+            fprintf(stderr, "\rloading %s: %3d%%", m->path, pct);
+            last = pct;
+        }
+    }
+    (void)sink;
+    fprintf(stderr, "\n");
+}
+
 dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_model **out) {
     *out = NULL;
     dsp_model_params defaults = dsp_model_default_params();
@@ -127,7 +149,7 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
         dsp_model_destroy(m);
         return st;
     }
-    if (params->progress) DSP_LOGI("loaded %s (%s, %" PRIu64 " tensors)", path, m->arch, m->info.n_tensors);
+    if (params->progress && m->has_weights) prefault(m);
     *out = m;
     return DSP_OK;
 }
