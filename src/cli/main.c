@@ -8,6 +8,7 @@
 #include <string.h>
 
 static const dsp_cli_cmd g_cmds[] = {
+    {"serve", "an OpenAI-compatible HTTP server (chat and completions, streaming)", dsp_cmd_serve},
     {"generate", "generate a completion of a prompt, streamed as it is decoded", dsp_cmd_generate},
     {"chat", "interactive chat in the terminal", dsp_cmd_chat},
     {"info", "show a model's architecture, sizes, tensor types and tokenizer", dsp_cmd_info},

@@ -1,0 +1,154 @@
+/* cli/cmd_serve: `dspark serve`: options, signals and the shutdown sequence of the OpenAI server
+ * (src/server/). The main thread only waits for SIGINT/SIGTERM: on the first it stops accepting,
+ * lets queued and running requests finish for --shutdown-timeout seconds, then cancels what is
+ * left and exits 0; a second signal cancels at once. */
+#include "cli/cli.h"
+
+#include "dspark.h"
+#include "server/server.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dspark serve -m MODEL [options]\n\n"
+            "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions (streaming\n"
+            "and not), GET /v1/models, GET /health. Omitted sampling fields take OpenAI's defaults\n"
+            "(temperature 1, top_p 1); send temperature 0 for greedy decoding.\n\n"
+            "  -m, --model PATH           GGUF model file\n"
+            "      --host ADDR            address to listen on (default 127.0.0.1)\n"
+            "      --port N               port (default 8000; 0 = any free port, printed at start)\n"
+            "      --alias NAME           model name clients use (repeatable; default: the file's name)\n"
+            "      --api-key KEY          require 'Authorization: Bearer KEY' on /v1/*\n"
+            "      --mode M               speculation: auto (default), lookup, baseline (always lossless)\n"
+            "      --max-draft N          drafted tokens verified per round at most (1..%d)\n"
+            "      --default-max-tokens N max_tokens when a request gives none (default 2048)\n"
+            "      --max-tokens-cap N     a request asking for more tokens gets a 400 (default 32768)\n"
+            "  -c, --ctx N                context length per request (default min(model, 4096))\n"
+            "      --cache-seqs N         conversations whose KV is kept for follow-up requests (default 4)\n"
+            "      --max-queue N          requests waiting at most; more get a 503 (default 64)\n"
+            "      --max-body BYTES       request body size limit; more gets a 413 (default 8 MiB)\n"
+            "      --max-connections N    open connections at most (default 256)\n"
+            "      --timeout SEC          close idle or stalled connections after SEC (default 60)\n"
+            "      --shutdown-timeout SEC on SIGINT/SIGTERM, let requests finish this long (default 10)\n"
+            "      --chat-template F      use this Jinja template instead of the model's\n"
+            "  -t, --threads N            compute threads (default: physical cores)\n"
+            "  -h, --help                 this help\n",
+            DSP_MAX_DRAFT);
+}
+
+static bool num(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "dspark serve: %s: '%s' is not a number in [%g, %g]\n", opt, s, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int dsp_cmd_serve(int argc, char **argv) {
+    if (dsp_cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    dsp_srv_config cfg;
+    dsp_srv_config_default(&cfg);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (i + 1 >= argc) {
+            fprintf(stderr, "dspark serve: unknown option or missing value '%s'\n\n", a);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        double x;
+#define NUM(lo, hi) \
+    if (!num(a, v, lo, hi, &x)) return 2;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) cfg.model_path = v;
+        else if (!strcmp(a, "--host")) cfg.host = v;
+        else if (!strcmp(a, "--port")) { NUM(0, 65535) cfg.port = (int)x; }
+        else if (!strcmp(a, "--api-key")) cfg.api_key = v;
+        else if (!strcmp(a, "--alias")) {
+            if (cfg.n_aliases == DSP_SRV_MAX_ALIASES) {
+                fprintf(stderr, "dspark serve: at most %d --alias\n", DSP_SRV_MAX_ALIASES);
+                return 2;
+            }
+            cfg.aliases[cfg.n_aliases++] = v;
+        } else if (!strcmp(a, "--mode")) {
+            if (!strcmp(v, "auto")) cfg.mode = DSP_SPEC_AUTO;
+            else if (!strcmp(v, "lookup")) cfg.mode = DSP_SPEC_LOOKUP;
+            else if (!strcmp(v, "baseline")) cfg.mode = DSP_SPEC_BASELINE;
+            else {
+                fprintf(stderr, "dspark serve: --mode: '%s' is not one of auto, lookup, baseline\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--max-draft")) { NUM(1, DSP_MAX_DRAFT) cfg.max_draft = (int32_t)x; }
+        else if (!strcmp(a, "--default-max-tokens")) { NUM(1, 1 << 30) cfg.default_max_tokens = (int32_t)x; }
+        else if (!strcmp(a, "--max-tokens-cap")) { NUM(1, 1 << 30) cfg.max_tokens_cap = (int32_t)x; }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { NUM(16, 1 << 24) cfg.cp.n_ctx = (uint32_t)x; }
+        else if (!strcmp(a, "--cache-seqs")) { NUM(1, 64) cfg.cache_seqs = (int)x; }
+        else if (!strcmp(a, "--max-queue")) { NUM(1, 1 << 20) cfg.max_queue = (int)x; }
+        else if (!strcmp(a, "--max-body")) { NUM(1024, 1LL << 32) cfg.max_body = (size_t)x; }
+        else if (!strcmp(a, "--max-connections")) { NUM(1, 100000) cfg.max_connections = (int)x; }
+        else if (!strcmp(a, "--timeout")) { NUM(1, 86400) cfg.idle_timeout_s = (int)x; }
+        else if (!strcmp(a, "--shutdown-timeout")) { NUM(0, 86400) cfg.shutdown_timeout_s = x; }
+        else if (!strcmp(a, "--chat-template")) cfg.chat_template = v;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NUM(1, 1024) cfg.cp.n_threads = (int)x; }
+        else {
+            fprintf(stderr, "dspark serve: unknown option '%s'\n\n", a);
+            usage(stderr);
+            return 2;
+        }
+#undef NUM
+    }
+    if (!cfg.model_path) {
+        fprintf(stderr, "dspark serve: need -m MODEL\n\n");
+        usage(stderr);
+        return 2;
+    }
+    if (cfg.default_max_tokens > cfg.max_tokens_cap) cfg.default_max_tokens = cfg.max_tokens_cap;
+
+    /* every thread created from here on inherits this mask; the main thread takes the signals */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    dsp_srv *s = NULL;
+    if (dsp_srv_create(&cfg, &s)) {
+        dsp_srv_destroy(s);
+        return 1;
+    }
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "dspark serve: %s: no new requests; waiting up to %.0f s for the ones in flight\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+            cfg.shutdown_timeout_s);
+    atomic_store(&s->draining, true);
+    dsp_srv_http_quiesce(s);
+
+    /* wait for the queue to drain, in slices so that a second signal cancels at once */
+    double waited = 0;
+    bool idle = false;
+    struct timespec zero = {0, 0};
+    while (!(idle = dsp_srv_sched_wait_idle(s, 0.1)) && waited < cfg.shutdown_timeout_s) {
+        waited += 0.1;
+        if (sigtimedwait(&set, NULL, &zero) > 0) {
+            fprintf(stderr, "dspark serve: second signal: cancelling now\n");
+            break;
+        }
+    }
+    if (!idle) fprintf(stderr, "dspark serve: cancelling the requests still in flight\n");
+    dsp_srv_sched_stop(s); /* cancels what is left */
+    fprintf(stderr, "dspark serve: %llu requests served; bye\n", (unsigned long long)s->n_served);
+    dsp_srv_destroy(s);
+    return 0;
+}

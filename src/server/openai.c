@@ -1,0 +1,794 @@
+/* server/openai: OpenAI request parsing/validation and response/SSE chunk building.
+ *
+ * Requests are untrusted: every field is type- and range-checked before anything it sizes is
+ * allocated, and an error names the field (OpenAI's error.param). Omitted sampling fields take
+ * OpenAI's API defaults (temperature 1, top_p 1, no penalties) because the GGUF models carry no
+ * generation_config; note that the dspark CLI defaults to greedy instead. Unknown fields are
+ * ignored (clients send extras); fields that would change the meaning of a request and are not
+ * supported here (n > 1, tools, response_format other than text, suffix, best_of > 1, echo with
+ * logprobs) are rejected with a 400 rather than silently dropped.
+ *
+ * Logprobs are the engine's raw log-softmax of the model's logits (vLLM's default). Chat:
+ * choices[].logprobs.content[] = {token, logprob, bytes, top_logprobs[{token, logprob, bytes}]};
+ * completions: {tokens, token_logprobs, top_logprobs[{token: logprob}], text_offset}, where
+ * top_logprobs holds the n most likely tokens plus the chosen one (as vLLM). An end-of-generation
+ * token ends the request but is not part of the text, so it is left out of the logprobs; it is
+ * counted in usage.completion_tokens. */
+#include "server/server.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_LOGIT_BIAS 1024   /* entries in logit_bias */
+#define MAX_STOP_BYTES 1024   /* bytes per stop string */
+
+/* ---- JSON field helpers --------------------------------------------------------------------- */
+
+static json_t *field(json_t *root, const char *key) {
+    json_t *v = json_object_get(root, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+/* number in [lo, hi] (lo excluded when lo_open); absent or null leaves *out */
+static bool get_num(json_t *root, const char *key, double lo, double hi, bool lo_open, float *out, dsp_srv_error *e) {
+    json_t *v = field(root, key);
+    if (!v) return true;
+    if (!json_is_number(v)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, key, "'%s' must be a number", key);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi) || (lo_open && d == lo))
+        return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, key, "'%s' must be %s %g and <= %g (got %g)", key, lo_open ? ">" : ">=", lo, hi, d);
+    *out = (float)d;
+    return true;
+}
+
+static bool get_int(json_t *root, const char *key, long long lo, long long hi, long long *out, bool *present, dsp_srv_error *e) {
+    json_t *v = field(root, key);
+    if (present) *present = v != NULL;
+    if (!v) return true;
+    if (!json_is_integer(v)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, key, "'%s' must be an integer", key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, key, "'%s' must be between %lld and %lld (got %lld)", key, lo, hi, x);
+    *out = x;
+    return true;
+}
+
+static bool get_bool(json_t *root, const char *key, bool *out, dsp_srv_error *e) {
+    json_t *v = field(root, key);
+    if (!v) return true;
+    if (!json_is_boolean(v)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return true;
+}
+
+/* A field this server does not implement: a 400 unless absent, null or the harmless value. */
+static bool reject_field(json_t *root, const char *key, const char *why, dsp_srv_error *e) {
+    if (!field(root, key)) return true;
+    return dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, key, "'%s' is not supported by this server%s", key, why);
+}
+
+/* ---- UTF-8 ---------------------------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
+static size_t u8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned min;
+    if ((c & 0xE0) == 0xC0) len = 2, min = 0x80;
+    else if ((c & 0xF0) == 0xE0) len = 3, min = 0x800;
+    else if ((c & 0xF8) == 0xF0) len = 4, min = 0x10000;
+    else return 0;
+    if (len > n) return 0;
+    unsigned cp = c & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+/* A JSON string of bytes that may not be valid UTF-8 (a token piece can be part of a character):
+ * invalid bytes become U+FFFD. */
+static json_t *jstr_lossy(const char *p, size_t n) {
+    json_t *j = json_stringn(p, n);
+    if (j) return j;
+    char *t = malloc(n * 3 + 1);
+    if (!t) return json_string("");
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = u8_seq((const unsigned char *)p + i, n - i);
+        if (l) memcpy(t + o, p + i, l), o += l, i += l;
+        else memcpy(t + o, "\xEF\xBF\xBD", 3), o += 3, i++;
+    }
+    j = json_stringn(t, o);
+    free(t);
+    return j ? j : json_string("");
+}
+
+static size_t u8_chars(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* ---- request parsing ------------------------------------------------------------------------- */
+
+bool dsp_srv_model_known(dsp_srv *s, const char *name) {
+    if (!strcmp(name, s->model_id) || !strcmp(name, s->file_id)) return true;
+    size_t n = strlen(s->file_id);
+    if (!strncmp(name, s->file_id, n) && !strcmp(name + n, ".gguf")) return true;
+    for (int i = 0; i < s->cfg.n_aliases; i++)
+        if (!strcmp(name, s->cfg.aliases[i])) return true;
+    return false;
+}
+
+/* messages -> a clean [{role, content}] for the chat template */
+static json_t *parse_messages(json_t *root, dsp_srv_error *e) {
+    json_t *msgs = field(root, "messages");
+    if (!msgs) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "messages", "'messages' is required"), NULL;
+    if (!json_is_array(msgs)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "messages", "'messages' must be an array"), NULL;
+    size_t n = json_array_size(msgs);
+    if (n == 0) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "messages", "'messages' must contain at least one message"), NULL;
+    json_t *out = json_array();
+    char pname[64];
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(msgs, i);
+        if (!json_is_object(m)) {
+            snprintf(pname, sizeof pname, "messages[%zu]", i);
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be an object with 'role' and 'content'", pname);
+            goto bad;
+        }
+        json_t *role = json_object_get(m, "role");
+        snprintf(pname, sizeof pname, "messages[%zu].role", i);
+        if (!json_is_string(role)) {
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be a string", pname);
+            goto bad;
+        }
+        const char *rs = json_string_value(role);
+        if (!strcmp(rs, "developer")) rs = "system"; /* OpenAI's newer name for system */
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be one of system, developer, user, assistant (got '%.64s')", pname, rs);
+            goto bad;
+        }
+        if (field(m, "tool_calls") || field(m, "function_call")) {
+            snprintf(pname, sizeof pname, "messages[%zu].tool_calls", i);
+            dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, pname, "tool calls are not supported by this server");
+            goto bad;
+        }
+        json_t *content = json_object_get(m, "content");
+        snprintf(pname, sizeof pname, "messages[%zu].content", i);
+        json_t *text = NULL;
+        if (json_is_string(content)) {
+            text = json_incref(content);
+        } else if (json_is_array(content)) {
+            /* text parts joined with newlines (as vLLM) */
+            size_t np = json_array_size(content), total = 0;
+            for (size_t k = 0; k < np; k++) {
+                json_t *part = json_array_get(content, k);
+                json_t *type = json_object_get(part, "type"), *pt = json_object_get(part, "text");
+                if (!json_is_object(part) || !json_is_string(type)) {
+                    dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s[%zu]' must be an object with a 'type'", pname, k);
+                    goto bad;
+                }
+                if (strcmp(json_string_value(type), "text")) {
+                    dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, pname, "'%s[%zu]': content parts of type '%.32s' are not supported (only 'text')",
+                                 pname, k, json_string_value(type));
+                    goto bad;
+                }
+                if (!json_is_string(pt)) {
+                    dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s[%zu].text' must be a string", pname, k);
+                    goto bad;
+                }
+                total += json_string_length(pt) + 1;
+            }
+            char *buf = malloc(total + 1);
+            if (!buf) {
+                dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+                goto bad;
+            }
+            size_t o = 0;
+            for (size_t k = 0; k < np; k++) {
+                json_t *pt = json_object_get(json_array_get(content, k), "text");
+                if (k) buf[o++] = '\n';
+                memcpy(buf + o, json_string_value(pt), json_string_length(pt));
+                o += json_string_length(pt);
+            }
+            text = json_stringn_nocheck(buf, o);
+            free(buf);
+        } else {
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be a string or an array of text parts", pname);
+            goto bad;
+        }
+        json_array_append_new(out, json_pack("{s:s, s:o}", "role", rs, "content", text));
+    }
+    return out;
+bad:
+    json_decref(out);
+    return NULL;
+}
+
+/* Tokenize text into r->prompt; the prompt must leave room for one generated token. */
+static bool tokenize_prompt(dsp_srv *s, const char *text, size_t len, int flags, const char *param, dsp_srv_req *r, dsp_srv_error *e) {
+    size_t cap = len + 4 < s->n_ctx ? len + 4 : s->n_ctx; /* a token covers at least one byte, plus specials */
+    r->prompt = malloc(cap * sizeof *r->prompt);
+    if (!r->prompt) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+    size_t n = 0;
+    dsp_status st = dsp_tokenize(s->tok, text, len, flags, r->prompt, cap, &n);
+    if (st == DSP_ERR_RANGE || n >= s->n_ctx)
+        return dsp_srv_fail(e, DSP_SRV_ERR_CONTEXT, param,
+                            "this model's context is %u tokens, but the prompt has %zu tokens (room is needed for at least one "
+                            "generated token); shorten the %s",
+                            s->n_ctx, n, param);
+    if (st) return dsp_srv_fail(e, st, param, "tokenizing the %s: %s", param, dsp_last_error());
+    if (n == 0) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, param, "the %s is empty", param);
+    r->n_prompt = n;
+    return true;
+}
+
+static bool parse_chat_prompt(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
+    json_t *msgs = parse_messages(root, e);
+    if (!msgs) return false;
+    json_t *ctx = json_pack("{s:o, s:b}", "messages", msgs, "add_generation_prompt", 1);
+    char *js = ctx ? json_dumps(ctx, JSON_COMPACT) : NULL;
+    json_decref(ctx);
+    if (!js) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+    char *rendered = NULL;
+    size_t rlen = 0;
+    dsp_status st = dsp_chat_render(s->model, s->template_src, js, strlen(js), &rendered, &rlen);
+    free(js);
+    if (st) {
+        if (st == DSP_ERR_TEMPLATE) return dsp_srv_fail(e, st, "messages", "the chat template rejected the messages: %s", dsp_last_error());
+        return dsp_srv_fail(e, st == DSP_ERR_NOT_FOUND ? DSP_ERR_UNSUPPORTED : st, "messages", "%s", dsp_last_error());
+    }
+    /* the template placed BOS and the turn markers itself */
+    bool ok = tokenize_prompt(s, rendered, rlen, DSP_TOKENIZE_PARSE_SPECIAL, "messages", r, e);
+    free(rendered);
+    return ok;
+}
+
+static bool parse_completion_prompt(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
+    json_t *p = field(root, "prompt");
+    if (!p) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "prompt", "'prompt' is required");
+    if (json_is_array(p)) {
+        size_t n = json_array_size(p);
+        if (n == 0) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "prompt", "'prompt' must not be an empty array");
+        if (json_is_string(json_array_get(p, 0))) {
+            if (n > 1)
+                return dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "prompt", "one prompt per request is supported (got an array of %zu)", n);
+            p = json_array_get(p, 0);
+        } else {
+            /* token ids */
+            if (n >= s->n_ctx)
+                return dsp_srv_fail(e, DSP_SRV_ERR_CONTEXT, "prompt",
+                                    "this model's context is %u tokens, but the prompt has %zu tokens (room is needed for at least "
+                                    "one generated token); shorten the prompt",
+                                    s->n_ctx, n);
+            r->prompt = malloc(n * sizeof *r->prompt);
+            if (!r->prompt) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+            int32_t nv = dsp_tokenizer_n_vocab(s->tok);
+            for (size_t i = 0; i < n; i++) {
+                json_t *v = json_array_get(p, i);
+                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= nv)
+                    return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "prompt",
+                                        "'prompt' must be a string, an array of one string, or an array of token ids in [0, %d) "
+                                        "(element %zu is not)",
+                                        nv, i);
+                r->prompt[i] = (int32_t)json_integer_value(v);
+            }
+            r->n_prompt = n;
+            if (r->echo) {
+                size_t len = 0;
+                dsp_detokenize(s->tok, r->prompt, n, 0, NULL, 0, &len);
+                r->echo_text = malloc(len + 1);
+                if (!r->echo_text) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+                dsp_detokenize(s->tok, r->prompt, n, 0, r->echo_text, len + 1, &len);
+                r->echo_len = len;
+            }
+            return true;
+        }
+    }
+    if (!json_is_string(p))
+        return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "prompt", "'prompt' must be a string, an array of one string, or an array of token ids");
+    const char *text = json_string_value(p);
+    size_t len = json_string_length(p);
+    if (r->echo) {
+        r->echo_text = malloc(len + 1);
+        if (!r->echo_text) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+        memcpy(r->echo_text, text, len + 1);
+        r->echo_len = len;
+    }
+    /* as `dspark generate -p`: BOS/EOS as the model's metadata asks, special-token text is text */
+    return tokenize_prompt(s, text, len, DSP_TOKENIZE_ADD_SPECIAL, "prompt", r, e);
+}
+
+static bool parse_stop(json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
+    json_t *st = field(root, "stop");
+    if (!st) return true;
+    json_t *one[1] = {st};
+    size_t n = 1;
+    if (json_is_array(st)) {
+        n = json_array_size(st);
+        if (n > DSP_MAX_STOP) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "stop", "'stop' may hold at most %d strings (got %zu)", DSP_MAX_STOP, n);
+    } else if (!json_is_string(st)) {
+        return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "stop", "'stop' must be a string or an array of strings");
+    }
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_is_array(st) ? json_array_get(st, i) : one[0];
+        if (!json_is_string(v)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "stop", "'stop' must be a string or an array of strings");
+        size_t len = json_string_length(v);
+        if (len == 0) continue; /* an empty stop string never matches anything useful */
+        if (len > MAX_STOP_BYTES)
+            return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "stop", "stop strings may be at most %d bytes (got %zu)", MAX_STOP_BYTES, len);
+        if (!(r->stops[k] = strdup(json_string_value(v)))) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+        r->gp.stop[k] = r->stops[k];
+        k++;
+    }
+    return true;
+}
+
+static bool parse_logit_bias(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
+    json_t *lb = field(root, "logit_bias");
+    if (!lb) return true;
+    if (!json_is_object(lb)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+    size_t n = json_object_size(lb);
+    if (n == 0) return true;
+    if (n > MAX_LOGIT_BIAS)
+        return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "logit_bias", "'logit_bias' may hold at most %d entries (got %zu)", MAX_LOGIT_BIAS, n);
+    r->bias = malloc(n * sizeof *r->bias);
+    if (!r->bias) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+    int32_t nv = dsp_tokenizer_n_vocab(s->tok);
+    size_t k = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(lb, key, v) {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *end || id < 0 || id >= nv)
+            return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "logit_bias", "'logit_bias' keys must be token ids in [0, %d) (got '%.32s')", nv, key);
+        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+            return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "logit_bias", "'logit_bias' values must be numbers in [-100, 100] (token %lld)", id);
+        r->bias[k].token = (int32_t)id;
+        r->bias[k].bias = (float)json_number_value(v);
+        k++;
+    }
+    r->gp.logit_bias = r->bias;
+    r->gp.n_logit_bias = (uint32_t)k;
+    return true;
+}
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size_t len, dsp_srv_req *r, dsp_srv_error *e) {
+    json_error_t jerr;
+    /* strict: invalid UTF-8, NUL in strings, numbers out of range and trailing garbage are errors */
+    json_t *root = json_loadb(body, len, 0, &jerr);
+    if (!root) return dsp_srv_fail(e, DSP_SRV_ERR_JSON, NULL, "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+    bool ok = false;
+    if (!json_is_object(root)) {
+        dsp_srv_fail(e, DSP_ERR_INVALID_ARG, NULL, "the body must be a JSON object");
+        goto out;
+    }
+    r->kind = kind;
+    uint64_t n = atomic_fetch_add(&s->next_id, 1);
+    uint64_t salt = s->id_salt ^ n;
+    snprintf(r->id, sizeof r->id, "%s-%016llx", kind == DSP_SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)splitmix(&salt));
+    r->created = (int64_t)time(NULL);
+
+    json_t *model = field(root, "model");
+    if (model && !json_is_string(model)) {
+        dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "model", "'model' must be a string");
+        goto out;
+    }
+    if (model && !dsp_srv_model_known(s, json_string_value(model))) {
+        dsp_srv_fail(e, DSP_SRV_ERR_MODEL, "model", "the model '%.128s' does not exist; this server has '%s' (see /v1/models)",
+                     json_string_value(model), s->model_id);
+        goto out;
+    }
+    json_t *user = field(root, "user");
+    if (user && !json_is_string(user)) {
+        dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "user", "'user' must be a string");
+        goto out;
+    }
+
+    /* features this server does not have */
+    long long nn = 1, best_of = 1;
+    if (!get_int(root, "n", 1, 1000000, &nn, NULL, e)) goto out;
+    if (nn != 1) {
+        dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "n", "'n' must be 1: this server generates one choice per request (got %lld)", nn);
+        goto out;
+    }
+    if (!reject_field(root, "tools", "", e) || !reject_field(root, "functions", "", e) || !reject_field(root, "audio", "", e) ||
+        !reject_field(root, "prediction", "", e))
+        goto out;
+    json_t *tc = field(root, "tool_choice");
+    if (tc && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"))) {
+        dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "tool_choice", "'tool_choice' is not supported by this server");
+        goto out;
+    }
+    json_t *rf = field(root, "response_format");
+    if (rf && !(json_is_object(rf) && json_is_string(json_object_get(rf, "type")) &&
+                !strcmp(json_string_value(json_object_get(rf, "type")), "text"))) {
+        dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "response_format", "'response_format' other than {\"type\": \"text\"} is not supported by this server");
+        goto out;
+    }
+
+    /* streaming */
+    if (!get_bool(root, "stream", &r->stream, e)) goto out;
+    json_t *so = field(root, "stream_options");
+    if (so) {
+        if (!json_is_object(so)) {
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "stream_options", "'stream_options' must be an object");
+            goto out;
+        }
+        json_t *iu = field(so, "include_usage");
+        if (iu && !json_is_boolean(iu)) {
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "stream_options", "'stream_options.include_usage' must be a boolean");
+            goto out;
+        }
+        r->include_usage = iu && json_is_true(iu);
+    }
+
+    /* sampling: OpenAI's defaults when omitted (the models carry no generation_config) */
+    dsp_gen_params *gp = &r->gp;
+    gp->temperature = 1.0f;
+    gp->top_p = 1.0f;
+    gp->mode = s->cfg.mode;
+    if (s->cfg.max_draft > 0) gp->max_draft = s->cfg.max_draft;
+    long long v = 0;
+    bool have = false, have2 = false;
+    if (!get_num(root, "temperature", 0, 2, false, &gp->temperature, e) || !get_num(root, "top_p", 0, 1, true, &gp->top_p, e) ||
+        !get_num(root, "min_p", 0, 1, false, &gp->min_p, e) ||
+        !get_num(root, "presence_penalty", -2, 2, false, &gp->presence_penalty, e) ||
+        !get_num(root, "frequency_penalty", -2, 2, false, &gp->frequency_penalty, e) ||
+        !get_num(root, "repetition_penalty", 0, 10, true, &gp->repetition_penalty, e))
+        goto out;
+    if (!get_int(root, "top_k", -1, 1LL << 30, &v, &have, e)) goto out;
+    if (have) gp->top_k = v < 0 ? 0 : (int32_t)v; /* -1 = off, as vLLM */
+    if (!get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &have, e)) goto out;
+    if (have) gp->seed = (uint64_t)v;
+    else {
+        uint64_t x = s->id_salt ^ (n * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)dsp_srv_now_ms();
+        gp->seed = splitmix(&x);
+    }
+    if (!get_bool(root, "ignore_eos", &gp->ignore_eos, e)) goto out;
+
+    /* length */
+    long long mt = s->cfg.default_max_tokens, mct = 0;
+    if (!get_int(root, "max_tokens", 1, INT64_MAX, &mt, &have, e) || !get_int(root, "max_completion_tokens", 1, INT64_MAX, &mct, &have2, e))
+        goto out;
+    if (have2) mt = mct;
+    if (mt > s->cfg.max_tokens_cap) {
+        dsp_srv_fail(e, DSP_ERR_INVALID_ARG, have2 ? "max_completion_tokens" : "max_tokens",
+                     "'%s' is %lld, more than this server allows (%d, --max-tokens-cap)", have2 ? "max_completion_tokens" : "max_tokens", mt,
+                     s->cfg.max_tokens_cap);
+        goto out;
+    }
+    gp->max_tokens = (int32_t)mt;
+
+    if (!parse_stop(root, r, e) || !parse_logit_bias(s, root, r, e)) goto out;
+
+    /* logprobs */
+    gp->logprobs = -1;
+    if (kind == DSP_SRV_CHAT) {
+        bool lp = false;
+        if (!get_bool(root, "logprobs", &lp, e)) goto out;
+        long long tl = 0;
+        if (!get_int(root, "top_logprobs", 0, DSP_MAX_LOGPROBS, &tl, &have, e)) goto out;
+        if (have && !lp) {
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+            goto out;
+        }
+        if (lp) gp->logprobs = (int32_t)tl, r->want_logprobs = true;
+        if (!parse_chat_prompt(s, root, r, e)) goto out;
+    } else {
+        json_t *lpv = field(root, "logprobs");
+        if (lpv && json_is_boolean(lpv)) {
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "logprobs", "'logprobs' must be an integer for completions (0..%d)", DSP_MAX_LOGPROBS);
+            goto out;
+        }
+        long long lp = 0;
+        if (!get_int(root, "logprobs", 0, DSP_MAX_LOGPROBS, &lp, &have, e)) goto out;
+        if (have) gp->logprobs = (int32_t)lp, r->want_logprobs = true;
+        if (!get_bool(root, "echo", &r->echo, e)) goto out;
+        if (r->echo && have) {
+            dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "echo", "'echo' together with 'logprobs' is not supported (prompt logprobs are not computed)");
+            goto out;
+        }
+        if (!get_int(root, "best_of", 1, 1000000, &best_of, NULL, e)) goto out;
+        if (best_of != 1) {
+            dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "best_of", "'best_of' must be 1 on this server (got %lld)", best_of);
+            goto out;
+        }
+        json_t *suf = field(root, "suffix");
+        if (suf && !(json_is_string(suf) && json_string_length(suf) == 0)) {
+            dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "suffix", "'suffix' is not supported by this server");
+            goto out;
+        }
+        if (!parse_completion_prompt(s, root, r, e)) goto out;
+    }
+
+    /* what the event queue needs at most: every decided token of this request */
+    size_t room = s->n_ctx - r->n_prompt;
+    r->max_events = ((size_t)gp->max_tokens < room ? (size_t)gp->max_tokens : room) + DSP_MAX_DRAFT + 2;
+    r->toks = malloc(r->max_events * sizeof *r->toks);
+    if (gp->logprobs > 0) r->top = malloc(r->max_events * (size_t)gp->logprobs * sizeof *r->top);
+    if (!r->toks || (gp->logprobs > 0 && !r->top)) {
+        dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+        goto out;
+    }
+    ok = true;
+out:
+    json_decref(root);
+    return ok;
+}
+
+/* ---- responses --------------------------------------------------------------------------------- */
+
+/* The raw bytes of token id (may be part of a UTF-8 character); *len; malloc'd. */
+static char *piece(dsp_srv *s, int32_t id, size_t *len) {
+    size_t n = 0;
+    dsp_token_to_piece(s->tok, id, NULL, 0, &n);
+    char *b = malloc(n + 1);
+    if (!b || dsp_token_to_piece(s->tok, id, b, n + 1, &n) != DSP_OK) n = 0;
+    if (b) b[n] = '\0';
+    *len = n;
+    return b;
+}
+
+static json_t *jlogprob(float lp) { return json_real(isfinite(lp) ? lp : -9999.0); }
+
+static json_t *chat_lp_entry(dsp_srv *s, int32_t id, float lp, bool with_top, const dsp_token_logprob *top, int32_t n_top) {
+    size_t n;
+    char *p = piece(s, id, &n);
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)p[i]));
+    json_t *o = json_object();
+    json_object_set_new(o, "token", jstr_lossy(p ? p : "", n));
+    json_object_set_new(o, "logprob", jlogprob(lp));
+    json_object_set_new(o, "bytes", bytes);
+    free(p);
+    if (with_top) {
+        json_t *arr = json_array();
+        for (int32_t i = 0; i < n_top; i++) json_array_append_new(arr, chat_lp_entry(s, top[i].token, top[i].logprob, false, NULL, 0));
+        json_object_set_new(o, "top_logprobs", arr);
+    }
+    return o;
+}
+
+/* tokens [from, to) whose text is visible: a final end-of-generation token is not */
+static size_t visible_end(dsp_srv *s, const dsp_srv_req *r, bool final) {
+    size_t n = r->n_toks;
+    if (final && n > 0 && r->res.finish == DSP_FINISH_STOP) {
+        const dsp_srv_tok *t = &r->toks[n - 1];
+        uint32_t prev = n > 1 ? r->toks[n - 2].text_end : 0;
+        if (t->text_end == prev && dsp_tokenizer_is_special(s->tok, t->id) && !r->gp.ignore_eos) n--;
+    }
+    return n;
+}
+
+/* logprobs object for tokens [from, to); text_base: characters before text offset of token from */
+static json_t *logprobs_json(dsp_srv *s, const dsp_srv_req *r, size_t from, size_t to) {
+    if (r->kind == DSP_SRV_CHAT) {
+        json_t *content = json_array();
+        for (size_t i = from; i < to; i++) {
+            const dsp_srv_tok *t = &r->toks[i];
+            json_array_append_new(content, chat_lp_entry(s, t->id, t->logprob, true, r->top ? r->top + t->top_off : NULL, t->n_top));
+        }
+        return json_pack("{s:o, s:n}", "content", content, "refusal");
+    }
+    json_t *tokens = json_array(), *tlp = json_array(), *tops = json_array(), *offs = json_array();
+    size_t base = r->echo_text ? u8_chars(r->echo_text, r->echo_len) : 0;
+    uint32_t prev_end = from > 0 ? r->toks[from - 1].text_end : 0;
+    size_t chars = base + u8_chars(r->text ? r->text : "", prev_end);
+    for (size_t i = from; i < to; i++) {
+        const dsp_srv_tok *t = &r->toks[i];
+        size_t n;
+        char *p = piece(s, t->id, &n);
+        json_array_append_new(tokens, jstr_lossy(p ? p : "", n));
+        free(p);
+        json_array_append_new(tlp, jlogprob(t->logprob));
+        json_t *d = json_object();
+        for (int32_t k = 0; k < t->n_top; k++) {
+            const dsp_token_logprob *tl = &r->top[t->top_off + (uint32_t)k];
+            char *q = piece(s, tl->token, &n);
+            json_t *key = jstr_lossy(q ? q : "", n);
+            json_object_setn_new(d, json_string_value(key), json_string_length(key), jlogprob(tl->logprob));
+            json_decref(key);
+            free(q);
+        }
+        p = piece(s, t->id, &n);
+        json_t *key = jstr_lossy(p ? p : "", n);
+        json_object_setn_new(d, json_string_value(key), json_string_length(key), jlogprob(t->logprob));
+        json_decref(key);
+        free(p);
+        json_array_append_new(tops, d);
+        json_array_append_new(offs, json_integer((json_int_t)chars));
+        chars += u8_chars(r->text + prev_end, t->text_end - prev_end);
+        prev_end = t->text_end;
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", tlp, "top_logprobs", tops, "text_offset", offs);
+}
+
+static json_t *usage_json(const dsp_srv_req *r) {
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)r->res.n_prompt, "completion_tokens",
+                     (json_int_t)r->res.n_generated, "total_tokens", (json_int_t)(r->res.n_prompt + r->res.n_generated),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)r->res.n_cached);
+}
+
+static const char *finish_reason(const dsp_srv_req *r) { return r->res.finish == DSP_FINISH_LENGTH ? "length" : "stop"; }
+
+static json_t *envelope(dsp_srv *s, const dsp_srv_req *r, const char *object) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", r->id, "object", object, "created", (json_int_t)r->created, "model", s->model_id,
+                     "system_fingerprint", s->fingerprint);
+}
+
+char *dsp_srv_response_json(dsp_srv *s, dsp_srv_req *r) {
+    size_t vis = visible_end(s, r, true);
+    json_t *root = envelope(s, r, r->kind == DSP_SRV_CHAT ? "chat.completion" : "text_completion");
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(0));
+    if (r->kind == DSP_SRV_CHAT) {
+        json_object_set_new(choice, "message",
+                            json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", jstr_lossy(r->text ? r->text : "", r->n_text), "refusal"));
+    } else {
+        size_t n = r->echo_len + r->n_text;
+        char *t = malloc(n + 1);
+        if (t) {
+            if (r->echo_len) memcpy(t, r->echo_text, r->echo_len);
+            if (r->n_text) memcpy(t + r->echo_len, r->text, r->n_text);
+        }
+        json_object_set_new(choice, "text", jstr_lossy(t ? t : "", t ? n : 0));
+        free(t);
+    }
+    json_object_set_new(choice, "logprobs", r->want_logprobs ? logprobs_json(s, r, 0, vis) : json_null());
+    json_object_set_new(choice, "finish_reason", json_string(finish_reason(r)));
+    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    json_object_set_new(root, "usage", usage_json(r));
+    char *out = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(root);
+    return out;
+}
+
+/* ---- streaming --------------------------------------------------------------------------------- */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = (b->n + n + 1) * 2;
+        char *np = realloc(b->p, nc);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np, b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void sb_event(sbuf *b, json_t *obj) {
+    char *js = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(obj);
+    if (!js) {
+        b->oom = true;
+        return;
+    }
+    sb_add(b, "data: ", 6);
+    sb_add(b, js, strlen(js));
+    sb_add(b, "\n\n", 2);
+    free(js);
+}
+
+/* one chunk: text (may be empty), logprobs for tokens [from, to) when asked, finish reason or null */
+static json_t *chunk(dsp_srv *s, const dsp_srv_req *r, const char *text, size_t n, bool role, size_t from, size_t to, const char *fin) {
+    bool chat = r->kind == DSP_SRV_CHAT;
+    json_t *root = envelope(s, r, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(0));
+    if (chat) {
+        json_t *delta = json_object();
+        if (role) json_object_set_new(delta, "role", json_string("assistant"));
+        if (n || role) json_object_set_new(delta, "content", jstr_lossy(text, n));
+        json_object_set_new(c, "delta", delta);
+    } else {
+        json_object_set_new(c, "text", jstr_lossy(text, n));
+    }
+    json_object_set_new(c, "logprobs", r->want_logprobs && to > from ? logprobs_json(s, r, from, to) : json_null());
+    json_object_set_new(c, "finish_reason", fin ? json_string(fin) : json_null());
+    json_object_set_new(root, "choices", json_pack("[o]", c));
+    if (r->include_usage) json_object_set_new(root, "usage", json_null());
+    return root;
+}
+
+char *dsp_srv_stream_events(dsp_srv *s, dsp_srv_req *r, size_t *tok_from, size_t *text_from, bool *started, bool final, size_t *len) {
+    sbuf b = {0};
+    if (!*started) {
+        *started = true;
+        if (r->kind == DSP_SRV_CHAT) sb_event(&b, chunk(s, r, "", 0, true, 0, 0, NULL));
+        else if (r->echo_len) sb_event(&b, chunk(s, r, r->echo_text, r->echo_len, false, 0, 0, NULL));
+    }
+    if (!final) {
+        if (r->n_text > *text_from) {
+            /* tokens up to the last one that produced text; later ones wait for their text */
+            size_t k = r->n_toks;
+            while (k > *tok_from && r->toks[k - 1].text_end == (k > 1 ? r->toks[k - 2].text_end : 0)) k--;
+            sb_event(&b, chunk(s, r, r->text + *text_from, r->n_text - *text_from, false, *tok_from, k, NULL));
+            *text_from = r->n_text;
+            *tok_from = k;
+        }
+    } else {
+        size_t vis = visible_end(s, r, true);
+        if (r->status != DSP_OK || r->res.finish == DSP_FINISH_CANCELLED) {
+            dsp_srv_error e;
+            if (r->status == DSP_OK || r->status == DSP_ERR_CANCELLED) dsp_srv_fail(&e, DSP_ERR_BUSY, NULL, "the server is shutting down");
+            else dsp_srv_fail(&e, r->status, NULL, "%s", r->error);
+            char *js = dsp_srv_error_json(&e);
+            if (js) {
+                sb_add(&b, "data: ", 6);
+                sb_add(&b, js, strlen(js));
+                sb_add(&b, "\n\n", 2);
+                free(js);
+            }
+        } else {
+            if (r->n_text > *text_from || vis > *tok_from)
+                sb_event(&b, chunk(s, r, r->text ? r->text + *text_from : "", r->n_text - *text_from, false, *tok_from, vis, NULL));
+            sb_event(&b, chunk(s, r, "", 0, false, 0, 0, finish_reason(r)));
+            if (r->include_usage) {
+                json_t *u = envelope(s, r, r->kind == DSP_SRV_CHAT ? "chat.completion.chunk" : "text_completion");
+                json_object_set_new(u, "choices", json_array());
+                json_object_set_new(u, "usage", usage_json(r));
+                sb_event(&b, u);
+            }
+        }
+        *text_from = r->n_text;
+        *tok_from = r->n_toks;
+        sb_add(&b, "data: [DONE]\n\n", 14);
+    }
+    if (b.oom) {
+        free(b.p);
+        b.p = NULL, b.n = 0;
+    }
+    *len = b.n;
+    return b.p;
+}
+
+char *dsp_srv_models_json(dsp_srv *s, const char *only) {
+    const char *ids[DSP_SRV_MAX_ALIASES + 1];
+    int n = 0;
+    ids[n++] = s->model_id;
+    for (int i = 0; i < s->cfg.n_aliases; i++)
+        if (strcmp(s->cfg.aliases[i], s->model_id)) ids[n++] = s->cfg.aliases[i];
+    json_t *data = json_array(), *one = NULL;
+    for (int i = 0; i < n; i++) {
+        json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", ids[i], "object", "model", "created", (json_int_t)s->created, "owned_by", "dspark");
+        if (only && !one && dsp_srv_model_known(s, only)) {
+            json_object_set_new(m, "id", json_string(only));
+            one = m;
+            break;
+        }
+        json_array_append_new(data, m);
+    }
+    json_t *root = only ? one : json_pack("{s:s, s:o}", "object", "list", "data", data);
+    if (only) json_decref(data);
+    char *out = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    return out;
+}

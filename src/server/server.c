@@ -1,0 +1,129 @@
+/* server/server: the server's lifetime: load the model, size the context for the cached
+ * sequences, start the engine thread and the HTTP daemon; tear down in the reverse order. */
+#include "server/server.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void dsp_srv_config_default(dsp_srv_config *c) {
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 8000;
+    c->default_max_tokens = 2048;
+    c->max_tokens_cap = 32768;
+    c->max_queue = 64;
+    c->max_body = (size_t)8 << 20;
+    c->idle_timeout_s = 60;
+    c->shutdown_timeout_s = 10;
+    c->cache_seqs = 4;
+    c->max_connections = 256;
+    c->mode = DSP_SPEC_AUTO;
+    c->cp = dsp_ctx_default_params();
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && n < (1L << 24) && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf[n] = '\0';
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
+    *out = NULL;
+    dsp_srv *s = calloc(1, sizeof *s);
+    if (!s) return DSP_ERR_NOMEM;
+    s->cfg = *cfg;
+    pthread_mutex_init(&s->q_mu, NULL);
+    pthread_cond_init(&s->q_cv, NULL);
+    pthread_cond_init(&s->idle_cv, NULL);
+    atomic_init(&s->draining, false);
+    atomic_init(&s->hard_stop, false);
+    atomic_init(&s->n_active, 0);
+    json_object_seed(0); /* once, before any thread parses JSON */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s->id_salt = ((uint64_t)ts.tv_sec * 1000000007ULL) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+    atomic_init(&s->next_id, 1);
+    s->created = (int64_t)ts.tv_sec;
+    *out = s;
+
+    if (cfg->chat_template && !(s->template_src = read_file(cfg->chat_template))) {
+        fprintf(stderr, "dspark serve: cannot read --chat-template %s\n", cfg->chat_template);
+        return DSP_ERR_IO;
+    }
+
+    double t0 = dsp_srv_now_ms();
+    fprintf(stderr, "dspark serve: loading %s ...\n", cfg->model_path);
+    dsp_model_params mp = dsp_model_default_params();
+    mp.progress = true;
+    dsp_status st = dsp_model_load(cfg->model_path, &mp, &s->model);
+    if (st) {
+        fprintf(stderr, "dspark serve: %s\n", dsp_last_error());
+        return st;
+    }
+    s->tok = dsp_model_tokenizer(s->model);
+    dsp_model_info info;
+    dsp_model_get_info(s->model, &info);
+
+    /* one full context of KV per cached sequence, so that no sequence finds the pool full */
+    dsp_ctx_params cp = cfg->cp;
+    if (!cp.n_ctx) cp.n_ctx = info.n_ctx_train && info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
+    cp.kv_tokens = cp.n_ctx * (uint32_t)cfg->cache_seqs;
+    fprintf(stderr, "dspark serve: creating the context (%u tokens x %d cached sequences) ...\n", cp.n_ctx, cfg->cache_seqs);
+    if ((st = dsp_ctx_create(s->model, &cp, &s->ctx))) {
+        fprintf(stderr, "dspark serve: %s\n", dsp_last_error());
+        return st;
+    }
+    s->n_ctx = dsp_ctx_n_ctx(s->ctx);
+
+    /* names: the first alias, else the file's base name without .gguf */
+    const char *base = strrchr(cfg->model_path, '/');
+    base = base ? base + 1 : cfg->model_path;
+    snprintf(s->file_id, sizeof s->file_id, "%s", base);
+    size_t bl = strlen(s->file_id);
+    if (bl > 5 && !strcmp(s->file_id + bl - 5, ".gguf")) s->file_id[bl - 5] = '\0';
+    snprintf(s->model_id, sizeof s->model_id, "%s", cfg->n_aliases ? cfg->aliases[0] : s->file_id);
+    snprintf(s->fingerprint, sizeof s->fingerprint, "dspark-%s-%s", DSP_VERSION, DSP_GIT_COMMIT);
+
+    if ((st = dsp_srv_sched_start(s))) {
+        fprintf(stderr, "dspark serve: starting the engine: %s\n", dsp_last_error());
+        return st;
+    }
+    if ((st = dsp_srv_http_start(s))) return st;
+    fprintf(stderr, "dspark serve: model '%s' (%s, %u-token context, speculation %s) loaded in %.1f s\n", s->model_id, info.arch, s->n_ctx,
+            dsp_spec_mode_to_string(cfg->mode), (dsp_srv_now_ms() - t0) / 1e3);
+    fprintf(stderr, "dspark serve: listening on http://%s%s%s:%d (OpenAI API under /v1)\n", strchr(cfg->host, ':') ? "[" : "", cfg->host,
+            strchr(cfg->host, ':') ? "]" : "", s->port);
+    return DSP_OK;
+}
+
+void dsp_srv_destroy(dsp_srv *s) {
+    if (!s) return;
+    /* engine first: that answers every waiting connection thread, so MHD can join them */
+    dsp_srv_sched_stop(s);
+    dsp_srv_http_flush(s, 5); /* let the replies to those go out before the sockets close */
+    dsp_srv_http_stop(s);
+    dsp_ctx_destroy(s->ctx);
+    dsp_model_destroy(s->model);
+    free(s->template_src);
+    pthread_mutex_destroy(&s->q_mu);
+    pthread_cond_destroy(&s->q_cv);
+    pthread_cond_destroy(&s->idle_cv);
+    free(s);
+}

@@ -1,0 +1,331 @@
+"""`dspark serve` against bad input on real sockets: invalid JSON, wrong types, huge numbers,
+bad messages, invalid UTF-8, oversized and truncated bodies, broken HTTP, disconnects mid-stream,
+100 connections opened and dropped, a full queue, and shutdown with a request in flight. Each gets
+the right error (the OpenAI error object with the right status and param), and afterwards the
+server still answers a normal request correctly."""
+import json
+import os
+import re
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from srvutil import MODEL, SANITIZED, Server, error_of, post, raw, read_response
+
+pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason=MODEL + " absent (scripts/fetch-models)")
+
+CHAT = "/v1/chat/completions"
+COMP = "/v1/completions"
+OK_BODY = {"prompt": "Hello", "max_tokens": 1, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = Server()
+    s.expected = None
+    yield s
+    s.close()
+
+
+def healthy(srv):
+    """A normal request still gets the right answer (greedy: the same as the first time)."""
+    st, _, body = post(srv.port, COMP, OK_BODY)
+    assert st == 200, body
+    text = json.loads(body)["choices"][0]["text"]
+    if srv.expected is None:
+        srv.expected = text
+    assert text == srv.expected
+
+
+def expect_error(srv, status, param, path, body, code=None, extra_headers=b""):
+    st, hdr, resp = post(srv.port, path, body, extra_headers)
+    assert st == status, (body[:200] if isinstance(body, bytes) else body, st, resp)
+    assert hdr.get("content-type") == "application/json"
+    err = error_of(st, resp)
+    assert err["param"] == param, err
+    if code:
+        assert err["code"] == code, err
+    return err
+
+
+def test_normal_first(srv):
+    healthy(srv)
+
+
+BAD_BODIES = [
+    # (body, param, code)
+    (b'{"messages": [', None, "invalid_json"),
+    (b'', None, "invalid_json"),
+    (b'not json at all', None, "invalid_json"),
+    (b'{"messages": []} trailing', None, "invalid_json"),
+    (b'[1, 2, 3]', None, None),
+    (b'"just a string"', None, None),
+    (b'{"messages": "hello"}', "messages", None),
+    (b'{"messages": []}', "messages", None),
+    (b'{}', "messages", None),
+    (b'{"messages": [null]}', "messages[0]", None),
+    (b'{"messages": [{"content": "hi"}]}', "messages[0].role", None),
+    (b'{"messages": [{"role": "wizard", "content": "hi"}]}', "messages[0].role", None),
+    (b'{"messages": [{"role": 7, "content": "hi"}]}', "messages[0].role", None),
+    (b'{"messages": [{"role": "user"}]}', "messages[0].content", None),
+    (b'{"messages": [{"role": "user", "content": 42}]}', "messages[0].content", None),
+    (b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}', "messages[0].content", None),
+    (b'{"messages": [{"role": "user", "content": [{"type": "text"}]}]}', "messages[0].content", None),
+    (b'{"messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]}', "messages[0].role", None),
+    (b'{"messages": [{"role": "user", "content": "\xff\xfe bad utf-8"}]}', None, "invalid_json"),
+    (b'{"messages": [{"role": "user", "content": "\xc0\xaf overlong"}]}', None, "invalid_json"),
+    (b'{"messages": [{"role": "user", "content": "nul \\u0000 inside"}]}', None, "invalid_json"),
+    (b'{"messages": [{"role": "user", "content": "lone \\ud800 surrogate"}]}', None, "invalid_json"),
+    (b'[' * 100000 + b']' * 100000, None, "invalid_json"),
+]
+
+U = b'"messages": [{"role": "user", "content": "hi"}]'
+BAD_FIELDS = [
+    (b'{' + U + b', "max_tokens": "10"}', "max_tokens"),
+    (b'{' + U + b', "max_tokens": -5}', "max_tokens"),
+    (b'{' + U + b', "max_tokens": 0}', "max_tokens"),
+    (b'{' + U + b', "max_tokens": 2.5}', "max_tokens"),
+    (b'{' + U + b', "max_tokens": 1e400}', None),                    # overflows a double: not valid JSON for us
+    (b'{' + U + b', "max_tokens": 99999999999999999999999}', None),  # overflows int64
+    (b'{' + U + b', "max_tokens": 9223372036854775807}', "max_tokens"),
+    (b'{' + U + b', "temperature": "hot"}', "temperature"),
+    (b'{' + U + b', "temperature": 1e300}', "temperature"),
+    (b'{' + U + b', "temperature": -0.1}', "temperature"),
+    (b'{' + U + b', "top_p": 1.5}', "top_p"),
+    (b'{' + U + b', "top_k": -2}', "top_k"),
+    (b'{' + U + b', "top_k": 1e10}', "top_k"),
+    (b'{' + U + b', "min_p": 2}', "min_p"),
+    (b'{' + U + b', "frequency_penalty": 2.01}', "frequency_penalty"),
+    (b'{' + U + b', "repetition_penalty": 0}', "repetition_penalty"),
+    (b'{' + U + b', "seed": "abc"}', "seed"),
+    (b'{' + U + b', "seed": 1.5}', "seed"),
+    (b'{' + U + b', "stream": "yes"}', "stream"),
+    (b'{' + U + b', "stream": true, "stream_options": 3}', "stream_options"),
+    (b'{' + U + b', "stop": 5}', "stop"),
+    (b'{' + U + b', "stop": [1]}', "stop"),
+    (b'{' + U + b', "stop": "' + b'x' * 5000 + b'"}', "stop"),
+    (b'{' + U + b', "logit_bias": []}', "logit_bias"),
+    (b'{' + U + b', "logit_bias": {"abc": 1}}', "logit_bias"),
+    (b'{' + U + b', "logit_bias": {"-1": 1}}', "logit_bias"),
+    (b'{' + U + b', "logit_bias": {"5": "x"}}', "logit_bias"),
+    (b'{' + U + b', "logit_bias": {' + b','.join(b'"%d": 1' % i for i in range(2000)) + b'}}', "logit_bias"),
+    (b'{' + U + b', "logprobs": 3}', "logprobs"),
+    (b'{' + U + b', "logprobs": true, "top_logprobs": -1}', "top_logprobs"),
+    (b'{' + U + b', "n": 0}', "n"),
+    (b'{' + U + b', "n": 3}', "n"),
+    (b'{' + U + b', "model": 12}', "model"),
+    (b'{' + U + b', "user": 12}', "user"),
+]
+
+BAD_COMPLETIONS = [
+    (b'{"prompt": 5}', "prompt"),
+    (b'{"prompt": []}', "prompt"),
+    (b'{"prompt": [1, -1]}', "prompt"),
+    (b'{"prompt": [1, 99999999]}', "prompt"),
+    (b'{"prompt": [1, "a"]}', "prompt"),
+    (b'{"prompt": ["a", "b"]}', "prompt"),
+    (b'{"prompt": "hi", "logprobs": true}', "logprobs"),
+    (b'{"prompt": "hi", "logprobs": 21}', "logprobs"),
+    (b'{"prompt": "hi", "echo": "yes"}', "echo"),
+    (b'{"prompt": "hi", "best_of": 2}', "best_of"),
+    (b'{"prompt": "hi", "suffix": "x"}', "suffix"),
+    (b'{"max_tokens": 3}', "prompt"),
+]
+
+
+def test_invalid_bodies(srv):
+    for body, param, code in BAD_BODIES:
+        expect_error(srv, 400, param, CHAT, body, code)
+    healthy(srv)
+
+
+def test_wrong_types_and_ranges(srv):
+    for body, param in BAD_FIELDS:
+        err = expect_error(srv, 400, param, CHAT, body)
+        if param:
+            assert param.split("[")[0] in err["message"], err
+    for body, param in BAD_COMPLETIONS:
+        expect_error(srv, 400, param, COMP, body)
+    healthy(srv)
+
+
+def test_routes_methods_models(srv):
+    st, _, body = raw(srv.port, b"GET /v1/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert st == 404 and error_of(st, body)["code"] == "not_found"
+    st, hdr, body = raw(srv.port, b"GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert st == 405 and hdr.get("allow") == "POST" and error_of(st, body)["code"] == "method_not_allowed"
+    st, hdr, body = raw(srv.port, b"DELETE /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert st == 405 and hdr.get("allow") == "GET"
+    st, _, body = raw(srv.port, b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    assert st == 405
+    st, _, body = raw(srv.port, b"GET /v1/models/nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert st == 404 and error_of(st, body)["code"] == "model_not_found"
+    expect_error(srv, 404, "model", CHAT, {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, "model_not_found")
+    # a prompt over the context
+    expect_error(srv, 400, "prompt", COMP, {"prompt": "word " * 5000, "max_tokens": 1}, "context_length_exceeded")
+    # several requests on one keep-alive connection, the bad one in the middle
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    try:
+        for body, want in ((json.dumps(OK_BODY).encode(), 200), (b"{bad", 400), (json.dumps(OK_BODY).encode(), 200)):
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            st, _, resp = read_response(s)
+            assert st == want, resp
+    finally:
+        s.close()
+    healthy(srv)
+
+
+def test_broken_http(srv):
+    for junk in (b"HELLO\r\n\r\n", b"\x00\x01\x02\x03\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"POST /v1/completions HTTP/1.1\r\n" + b"X-Long: " + b"a" * 200000 + b"\r\n\r\n",
+                 b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+                 b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n",
+                 b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"):
+        try:
+            st, _, _ = raw(srv.port, junk, timeout=10)
+        except (ConnectionResetError, BrokenPipeError):
+            st = None
+        assert st is None or 400 <= st < 500 or st == 505, (junk[:60], st)
+    healthy(srv)
+
+
+def test_body_limits(srv):
+    # 50 MB announced: the 413 comes before the body is read (no 50 MB is ever allocated)
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    try:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 52428800\r\n\r\n")
+        st, _, body = read_response(s)
+        assert st == 413 and error_of(st, body)["code"] == "request_too_large"
+        try:  # then try to push the body anyway
+            for _ in range(50):
+                s.sendall(b"x" * (1 << 20))
+        except OSError:
+            pass
+    finally:
+        s.close()
+    # 50 MB without a length (chunked): buffered up to --max-body, the rest dropped, then 413
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    try:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = b"x" * (1 << 20)
+        for _ in range(50):
+            s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        s.sendall(b"0\r\n\r\n")
+        st, _, body = read_response(s, timeout=60)
+        assert st == 413, body
+    finally:
+        s.close()
+    # just under the limit is read (and is bad JSON)
+    st, _, body = post(srv.port, CHAT, b"[" + b" " * (8 * 1024 * 1024 - 2) + b"]")
+    assert st == 400
+    healthy(srv)
+
+
+def test_truncated_requests(srv):
+    # the body stops half way and the client closes: nothing to answer, nothing breaks
+    body = json.dumps(OK_BODY).encode()
+    for cut in (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le",
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body[:10])):
+        st, _, _ = raw(srv.port, cut, timeout=10, shut_wr=True)
+        assert st is None
+    # the body stops half way and the client waits: the server gives up after --timeout (3 s)
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    try:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body[:10]))
+        t0 = time.time()
+        st, _, _ = read_response(s)
+        assert st is None and time.time() - t0 < 20
+    finally:
+        s.close()
+    healthy(srv)
+
+
+def log_lines(srv, rid):
+    return [ln for ln in srv.log().splitlines() if rid in ln]
+
+
+def test_disconnect_mid_stream(srv):
+    """A client that goes away mid-stream has its generation cancelled within a token or two."""
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True,
+                       "extra": "ignored", "ignore_eos": True}).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    buf = b""
+    while buf.count(b"data: ") < 3:
+        buf += s.recv(65536)
+    rid = re.search(rb'"id":"(cmpl-[0-9a-f]+)"', buf).group(1).decode()
+    s.close()
+    deadline = time.time() + 60
+    while not any("completion tokens" in ln for ln in log_lines(srv, rid)):
+        assert time.time() < deadline, srv.log()[-3000:]
+        time.sleep(0.1)
+    line = [ln for ln in log_lines(srv, rid) if "completion tokens" in ln][0]
+    assert "cancelled" in line, line
+    n = int(re.search(r"\+ (\d+) completion tokens", line).group(1))
+    assert n < 40, line
+    healthy(srv)
+
+
+def test_hundred_dropped_connections(srv):
+    """100 connections opened and dropped at every stage (connected, partial headers, full
+    requests waiting in the queue) leave the server answering promptly."""
+    full = json.dumps({"prompt": "Tell me a long story", "max_tokens": 50, "temperature": 0}).encode()
+    socks = []
+    for i in range(100):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        if i % 3 == 1:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        elif i % 3 == 2:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(full), full))
+        socks.append(s)
+    time.sleep(0.5)
+    for s in socks:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close
+        s.close()
+    t0 = time.time()
+    healthy(srv)
+    # nowhere near 33 generations of 50 tokens: the dropped ones were cancelled
+    assert time.time() - t0 < (120 if SANITIZED else 20)
+    st, _, body = raw(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert st == 200
+
+
+def test_queue_full_and_shutdown():
+    """--max-queue 1: one request runs, one waits, the next gets a 503. Then SIGTERM with a stream
+    in flight: the stream ends properly ([DONE]), the server exits 0 within the shutdown timeout."""
+    s = Server("--max-queue", "1", "--shutdown-timeout", "2")
+    try:
+        long_body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True,
+                                "ignore_eos": True}).encode()
+        running = socket.create_connection(("127.0.0.1", s.port), timeout=120)
+        running.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(long_body), long_body))
+        buf = b""
+        while buf.count(b"data: ") < 2:  # it is running
+            buf += running.recv(65536)
+        waiting = socket.create_connection(("127.0.0.1", s.port), timeout=120)
+        wb = json.dumps(OK_BODY).encode()
+        waiting.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(wb), wb))
+        time.sleep(0.5)
+        st, _, body = post(s.port, COMP, OK_BODY)
+        assert st == 503 and error_of(st, body)["type"] == "server_error", body
+        # shutdown: the waiting request is answered (finished or 503), the stream ends with [DONE]
+        s.proc.send_signal(signal.SIGTERM)
+        t0 = time.time()
+        st, _, body = read_response(waiting, timeout=120)
+        assert st in (200, 503), body
+        running.settimeout(120)
+        while not buf.endswith(b"0\r\n\r\n"):
+            chunk = running.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        assert b"data: [DONE]" in buf
+        assert s.proc.wait(timeout=120) == 0
+        assert time.time() - t0 < (90 if SANITIZED else 15)
+        assert "SIGTERM" in s.log()
+        running.close()
+        waiting.close()
+    finally:
+        s.close()
