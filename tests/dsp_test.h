@@ -4,6 +4,8 @@
 #ifndef DSP_TEST_H
 #define DSP_TEST_H
 
+#include "dspark.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +79,21 @@ static inline const char *dsp_test_shared_dir(void) {
 static inline const char *dsp_test_models_dir(void) {
     const char *d = getenv("DSP_MODELS");
     return (d && *d) ? d : NULL;
+}
+
+/* Load the default model (SmolLM2-135M-Instruct Q4_1) from $DSP_MODELS or ./models; NULL (after
+ * printing a SKIP line) when it has not been fetched. */
+static inline dsp_model *dsp_test_load_default_model(void) {
+    const char *dir = dsp_test_models_dir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir ? dir : "models");
+    dsp_model_params mp = dsp_model_default_params();
+    dsp_model *m = NULL;
+    if (dsp_model_load(path, &mp, &m) != DSP_OK) {
+        printf("SKIP: default model not available (%s); run scripts/fetch-models\n", dsp_last_error());
+        return NULL;
+    }
+    return m;
 }
 
 #endif

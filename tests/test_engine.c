@@ -146,14 +146,7 @@ static void test_bad_input(void) {
 }
 
 int main(void) {
-    const char *dir = dsp_test_models_dir();
-    char path[1024];
-    snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir ? dir : "models");
-    dsp_model_params mp = dsp_model_default_params();
-    if (dsp_model_load(path, &mp, &g_m) != DSP_OK) {
-        printf("SKIP: default model not available (%s); run scripts/fetch-models\n", dsp_last_error());
-        return 0;
-    }
+    if (!(g_m = dsp_test_load_default_model())) return 0;
     dsp_ctx_params cp = dsp_ctx_default_params();
     cp.n_ctx = 512;
     cp.kv_tokens = 2048;
