@@ -372,12 +372,9 @@ def hf_config(spec: dict) -> dict:
 # --------------------------------------------------------------------------------------------
 # GGUF writing
 
-def write_gguf(name: str, spec: dict, path: str) -> None:
-    arch = spec["arch"]
-    w = gguf.GGUFWriter(path, arch)
-    w.add_type(gguf.GGUFType.MODEL)
-    w.add_name(name)
-    w.add_description("dspark tiny random-weight test model (tools/make_tiny_models.py)")
+def write_hparams(w, spec: dict) -> None:
+    """The <arch>.* hyper-parameters, as llama.cpp's converter writes them (shared with
+    make_random_model.py)."""
     w.add_context_length(spec["ctx"])
     w.add_embedding_length(spec["dim"])
     w.add_block_count(spec["n_layers"])
@@ -386,12 +383,21 @@ def write_gguf(name: str, spec: dict, path: str) -> None:
     w.add_head_count_kv(spec["n_kv_heads"])
     w.add_rope_freq_base(spec["rope_base"])
     w.add_layer_norm_rms_eps(spec["eps"])
-    if arch == "llama":
+    if spec["arch"] == "llama":
         w.add_vocab_size(spec["vocab"])
         w.add_rope_dimension_count(spec["head_dim"])
     # head_dim is written explicitly (the converter does when the HF config has `head_dim`)
     w.add_key_length(spec["head_dim"])
     w.add_value_length(spec["head_dim"])
+
+
+def write_gguf(name: str, spec: dict, path: str) -> None:
+    arch = spec["arch"]
+    w = gguf.GGUFWriter(path, arch)
+    w.add_type(gguf.GGUFType.MODEL)
+    w.add_name(name)
+    w.add_description("dspark tiny random-weight test model (tools/make_tiny_models.py)")
+    write_hparams(w, spec)
     ftype = gguf.LlamaFileType.ALL_F32 if spec["quant"] is None else gguf.LlamaFileType.MOSTLY_Q8_0
     w.add_file_type(int(ftype))
     if spec["rope_scaling"] is not None:
