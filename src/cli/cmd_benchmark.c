@@ -149,7 +149,7 @@ static uint64_t weight_bytes_per_token(const dsp_model *m) {
     uint64_t b = w->output->nbytes + w->out_norm->nbytes;
     for (int l = 0; l < m->hp.n_layer; l++) {
         const dsp_layer_weights *L = &w->layers[l];
-        const dsp_gguf_tensor *t[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv,
+        const dsp_tensor *t[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv,
                                       L->q_norm, L->k_norm, L->ffn_norm, L->ffn_gate, L->ffn_up, L->ffn_down};
         for (size_t i = 0; i < sizeof t / sizeof *t; i++)
             if (t[i]) b += t[i]->nbytes;

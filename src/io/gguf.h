@@ -15,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/tensor.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,13 +28,7 @@ typedef enum dsp_gguf_type {
     DSP_GGUF_F64 = 12, DSP_GGUF_TYPE_COUNT
 } dsp_gguf_type;
 
-#define DSP_GGUF_MAX_DIMS 4
-
-/* A length-delimited string inside the mapping (not NUL-terminated). */
-typedef struct dsp_str {
-    const char *ptr;
-    uint64_t len;
-} dsp_str;
+#define DSP_GGUF_MAX_DIMS DSP_TENSOR_MAX_DIMS
 
 typedef struct dsp_gguf_kv {
     dsp_str key;
@@ -45,16 +40,8 @@ typedef struct dsp_gguf_kv {
     uint64_t *elem_offs;       /* ARRAY of STRING or ARRAY: offset of element i from `data` */
 } dsp_gguf_kv;
 
-typedef struct dsp_gguf_tensor {
-    dsp_str name;
-    uint32_t n_dims;
-    uint64_t ne[DSP_GGUF_MAX_DIMS]; /* ne[0] is the innermost (contiguous) dimension; unused = 1 */
-    uint32_t type;                  /* dsp_dtype id */
-    uint64_t offset;                /* from the start of the data section */
-    uint64_t nbytes;
-    uint64_t n_elems;
-    const void *data;               /* into the mapping */
-} dsp_gguf_tensor;
+/* GGUF tensors are plain dsp_tensors (core/tensor.h); offset is from the data section. */
+typedef dsp_tensor dsp_gguf_tensor;
 
 typedef struct dsp_gguf dsp_gguf;
 
@@ -101,7 +88,5 @@ uint64_t dsp_gguf_n_tensors(const dsp_gguf *g);
 const dsp_gguf_tensor *dsp_gguf_tensor_at(const dsp_gguf *g, uint64_t i);
 const dsp_gguf_tensor *dsp_gguf_find_tensor(const dsp_gguf *g, const char *name); /* NULL if absent */
 
-/* true if s equals the NUL-terminated c */
-bool dsp_str_eq(dsp_str s, const char *c);
 
 #endif

@@ -109,8 +109,8 @@ dsp_status dsp_arch_load_hparams(const dsp_gguf *g, dsp_hparams *hp) {
 }
 
 /* Find a tensor and check its shape: n_dims dims (ne0, ne1). ne1 <= 0 means a vector. */
-static dsp_status bind(const dsp_gguf *g, const char *name, int64_t ne0, int64_t ne1, bool optional, const dsp_gguf_tensor **out) {
-    const dsp_gguf_tensor *t = dsp_gguf_find_tensor(g, name);
+static dsp_status bind(const dsp_gguf *g, const char *name, int64_t ne0, int64_t ne1, bool optional, const dsp_tensor **out) {
+    const dsp_tensor *t = dsp_gguf_find_tensor(g, name);
     *out = t;
     if (!t) return optional ? DSP_OK : dsp_error(DSP_ERR_FORMAT, "tensor '%s' is missing", name);
     int64_t want1 = ne1 > 0 ? ne1 : 1;
@@ -127,7 +127,7 @@ static dsp_status bind(const dsp_gguf *g, const char *name, int64_t ne0, int64_t
 dsp_status dsp_arch_bind_weights(const dsp_gguf *g, const dsp_hparams *hp, dsp_weights *w) {
     memset(w, 0, sizeof *w);
     dsp_status st;
-    const dsp_gguf_tensor *emb = dsp_gguf_find_tensor(g, "token_embd.weight");
+    const dsp_tensor *emb = dsp_gguf_find_tensor(g, "token_embd.weight");
     if (!emb) return dsp_error(DSP_ERR_FORMAT, "tensor 'token_embd.weight' is missing");
     if (hp->n_vocab == 0) ((dsp_hparams *)hp)->n_vocab = (int)emb->ne[1];
     if ((st = bind(g, "token_embd.weight", hp->n_embd, hp->n_vocab, false, &w->tok_embd)) ||

@@ -33,22 +33,22 @@ typedef struct dsp_hparams {
 } dsp_hparams;
 
 typedef struct dsp_layer_weights {
-    const dsp_gguf_tensor *attn_norm;       /* (n_embd) f32 */
-    const dsp_gguf_tensor *wq;              /* (n_embd -> n_head*head_dim) */
-    const dsp_gguf_tensor *wk, *wv;         /* (n_embd -> n_head_kv*head_dim) */
-    const dsp_gguf_tensor *wo;              /* (n_head*head_dim -> n_embd) */
-    const dsp_gguf_tensor *bq, *bk, *bv;    /* qkv_bias only: (q_dim), (kv_dim), (kv_dim) */
-    const dsp_gguf_tensor *q_norm, *k_norm; /* qk_norm only: (head_dim) */
-    const dsp_gguf_tensor *ffn_norm;        /* (n_embd) */
-    const dsp_gguf_tensor *ffn_gate, *ffn_up; /* (n_embd -> n_ff) */
-    const dsp_gguf_tensor *ffn_down;        /* (n_ff -> n_embd) */
+    const dsp_tensor *attn_norm;       /* (n_embd) f32 */
+    const dsp_tensor *wq;              /* (n_embd -> n_head*head_dim) */
+    const dsp_tensor *wk, *wv;         /* (n_embd -> n_head_kv*head_dim) */
+    const dsp_tensor *wo;              /* (n_head*head_dim -> n_embd) */
+    const dsp_tensor *bq, *bk, *bv;    /* qkv_bias only: (q_dim), (kv_dim), (kv_dim) */
+    const dsp_tensor *q_norm, *k_norm; /* qk_norm only: (head_dim) */
+    const dsp_tensor *ffn_norm;        /* (n_embd) */
+    const dsp_tensor *ffn_gate, *ffn_up; /* (n_embd -> n_ff) */
+    const dsp_tensor *ffn_down;        /* (n_ff -> n_embd) */
 } dsp_layer_weights;
 
 typedef struct dsp_weights {
-    const dsp_gguf_tensor *tok_embd;   /* (n_embd, n_vocab): row t is token t's embedding */
-    const dsp_gguf_tensor *out_norm;   /* (n_embd) */
-    const dsp_gguf_tensor *output;     /* (n_embd -> n_vocab); tok_embd when tied */
-    const dsp_gguf_tensor *rope_freqs; /* optional (rope_dim/2): per-pair frequency divisors (llama3) */
+    const dsp_tensor *tok_embd;   /* (n_embd, n_vocab): row t is token t's embedding */
+    const dsp_tensor *out_norm;   /* (n_embd) */
+    const dsp_tensor *output;     /* (n_embd -> n_vocab); tok_embd when tied */
+    const dsp_tensor *rope_freqs; /* optional (rope_dim/2): per-pair frequency divisors (llama3) */
     dsp_layer_weights *layers;         /* (n_layer) */
 } dsp_weights;
 

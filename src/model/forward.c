@@ -140,7 +140,7 @@ dsp_status dsp_fwd_create(const dsp_model *m, const dsp_fwd_params *pp, dsp_fwd 
 typedef struct mm_job {
     dsp_fwd *f;
     int n_mats;
-    const dsp_gguf_tensor *w[3];
+    const dsp_tensor *w[3];
     float *y[3];
     int first_task[4]; /* task index where matrix m starts; first_task[n_mats] = n_tasks */
     const float *x;
@@ -151,14 +151,14 @@ static void mm_task(void *ctx, int task, int thread) {
     mm_job *j = ctx;
     int m = 0;
     while (task >= j->first_task[m + 1]) m++;
-    const dsp_gguf_tensor *w = j->w[m];
+    const dsp_tensor *w = j->w[m];
     int64_t in = (int64_t)w->ne[0], out = (int64_t)w->ne[1];
     int64_t r0 = (int64_t)(task - j->first_task[m]) * DSP_CPU_MM_ROWS, r1 = r0 + DSP_CPU_MM_ROWS < out ? r0 + DSP_CPU_MM_ROWS : out;
     j->f->ops->matmul(w->type, w->data, dsp_dtype_row_bytes(w->type, (uint64_t)in), in, r0, r1, j->x, in, j->n_rows, j->y[m], out,
                       j->f->wrow + (size_t)thread * j->f->wrow_per_thread);
 }
 
-static void add_bias(const dsp_gguf_tensor *bias, float *y, int n_rows, int64_t out) {
+static void add_bias(const dsp_tensor *bias, float *y, int n_rows, int64_t out) {
     if (!bias) return;
     const float *b = bias->data;
     for (int i = 0; i < n_rows; i++)
@@ -166,7 +166,7 @@ static void add_bias(const dsp_gguf_tensor *bias, float *y, int n_rows, int64_t 
 }
 
 /* y_m[i, r] = sum_k x[i, k] * W_m[r, k] for each of the n matrices (same input width) */
-static void matmul_n(dsp_fwd *f, int n, const dsp_gguf_tensor *const *w, float *const *y, const float *x, int n_rows) {
+static void matmul_n(dsp_fwd *f, int n, const dsp_tensor *const *w, float *const *y, const float *x, int n_rows) {
     mm_job j = {.f = f, .n_mats = n, .x = x, .n_rows = n_rows};
     j.first_task[0] = 0;
     for (int m = 0; m < n; m++) {
@@ -177,7 +177,7 @@ static void matmul_n(dsp_fwd *f, int n, const dsp_gguf_tensor *const *w, float *
     dsp_pool_run(f->pool, j.first_task[n], mm_task, &j);
 }
 
-static void matmul(dsp_fwd *f, const dsp_gguf_tensor *w, const dsp_gguf_tensor *bias, const float *x, int n_rows, float *y) {
+static void matmul(dsp_fwd *f, const dsp_tensor *w, const dsp_tensor *bias, const float *x, int n_rows, float *y) {
     matmul_n(f, 1, &w, &y, x, n_rows);
     add_bias(bias, y, n_rows, (int64_t)w->ne[1]);
 }
@@ -283,7 +283,7 @@ dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const ds
         const dsp_layer_weights *L = &w->layers[l];
         for (int i = 0; i < n; i++) ops->rmsnorm(f->h + (size_t)i * E, f->x + (size_t)i * E, L->attn_norm->data, E, hp->rms_eps);
         {
-            const dsp_gguf_tensor *wqkv[3] = {L->wq, L->wk, L->wv};
+            const dsp_tensor *wqkv[3] = {L->wq, L->wk, L->wv};
             float *yqkv[3] = {f->q, f->k, f->v};
             matmul_n(f, 3, wqkv, yqkv, f->h, n);
             add_bias(L->bq, f->q, n, f->q_dim);
@@ -312,7 +312,7 @@ dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const ds
         for (size_t i = 0; i < (size_t)n * E; i++) f->x[i] += f->h[i];
         for (int i = 0; i < n; i++) ops->rmsnorm(f->h + (size_t)i * E, f->x + (size_t)i * E, L->ffn_norm->data, E, hp->rms_eps);
         {
-            const dsp_gguf_tensor *wgu[2] = {L->ffn_gate, L->ffn_up};
+            const dsp_tensor *wgu[2] = {L->ffn_gate, L->ffn_up};
             float *ygu[2] = {f->gate, f->up};
             matmul_n(f, 2, wgu, ygu, f->h, n);
         }

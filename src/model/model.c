@@ -89,7 +89,7 @@ static dsp_status fill_info(dsp_model *m) {
     in->has_chat_template = dsp_gguf_find_kv(g, "tokenizer.chat_template") != NULL;
     in->n_tensors = dsp_gguf_n_tensors(g);
     for (uint64_t i = 0; i < in->n_tensors; i++) {
-        const dsp_gguf_tensor *t = dsp_gguf_tensor_at(g, i);
+        const dsp_tensor *t = dsp_gguf_tensor_at(g, i);
         in->n_params += t->n_elems;
         if (t->type < 40) {
             in->type_bytes[t->type] += t->nbytes;
@@ -107,7 +107,7 @@ static void prefault(const dsp_model *m) {
     int last = -1;
     volatile uint8_t sink = 0;
     for (uint64_t i = 0; i < m->info.n_tensors; i++) {
-        const dsp_gguf_tensor *t = dsp_gguf_tensor_at(m->gguf, i);
+        const dsp_tensor *t = dsp_gguf_tensor_at(m->gguf, i);
         const uint8_t *p = t->data;
         for (uint64_t off = 0; off < t->nbytes; off += 4096) sink ^= p[off];
         done += t->nbytes;
