@@ -1,7 +1,7 @@
 /* tests/test_template: the chat template interpreter on expressions, whitespace control, errors
  * and limits (the jinja2 oracle comparison on real templates is tests/py/test_template.py). */
 #include "dsp_test.h"
-#include "tok/template.h"
+#include "template/template.h"
 
 #include <jansson.h>
 

@@ -5,7 +5,7 @@
 
 #include "core/status.h"
 #include "dspark.h"
-#include "tok/template.h"
+#include "template/template.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -2,7 +2,7 @@
 #include "model/model.h"
 
 #include "core/log.h"
-#include "tok/template.h"
+#include "template/template.h"
 
 #include <inttypes.h>
 #include <stdio.h>
