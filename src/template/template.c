@@ -18,7 +18,7 @@ dsp_status dsp_tmpl_create(dsp_tmpl **out, const char *src, size_t len, const ds
     if (!src && len) return dsp_error(DSP_ERR_INVALID_ARG, "template: NULL source");
     if (len > lim.max_source)
         return dsp_tmpl_fail(0, "template source is %zu bytes, more than the limit of %zu", len, lim.max_source);
-    if (!dsp_tmpl_u8_valid(src ? src : "", len)) return dsp_tmpl_fail(0, "template source is not valid UTF-8");
+    if (!dsp_utf8_valid(src ? src : "", len)) return dsp_tmpl_fail(0, "template source is not valid UTF-8");
     dsp_tmpl *t = calloc(1, sizeof *t);
     if (!t) return dsp_error(DSP_ERR_NOMEM, "template: out of memory");
     t->lim = lim;

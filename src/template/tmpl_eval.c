@@ -179,7 +179,7 @@ dsp_status dsp_tmpl_get_attr(rt *r, const tv *obj, const char *name, tv *out) {
 static size_t u8_offset(const char *s, size_t n, size_t ci) {
     size_t i = 0;
     while (ci > 0 && i < n) {
-        i += dsp_tmpl_u8_len1((unsigned char)s[i]);
+        i += dsp_utf8_len((unsigned char)s[i]);
         ci--;
     }
     return i > n ? n : i;
@@ -204,11 +204,11 @@ dsp_status dsp_tmpl_get_item(rt *r, const tv *obj, const tv *key, tv *out) {
         *out = mk_undef(dsp_tmpl_msgf(r, "%s object has no element %" PRId64, dsp_tmpl_type_name(obj), num_i(key)));
         return DSP_OK;
     } else if (obj->t == V_STR && is_intlike(key)) {
-        int64_t i = num_i(key), n = (int64_t)dsp_tmpl_u8_count(obj->u.s.p, obj->u.s.n);
+        int64_t i = num_i(key), n = (int64_t)dsp_utf8_count(obj->u.s.p, obj->u.s.n);
         if (i < 0) i += n;
         if (i >= 0 && i < n) {
             size_t off = u8_offset(obj->u.s.p, obj->u.s.n, (size_t)i);
-            *out = mk_str(obj->u.s.p + off, dsp_tmpl_u8_len1((unsigned char)obj->u.s.p[off]));
+            *out = mk_str(obj->u.s.p + off, dsp_utf8_len((unsigned char)obj->u.s.p[off]));
             return DSP_OK;
         }
         *out = mk_undef("string index out of range");
@@ -285,7 +285,7 @@ dsp_status dsp_tmpl_get_slice(rt *r, const tv *obj, const tv *a, const tv *b, co
             return DSP_OK;
         }
     } else if (obj->t == V_STR) {
-        size_t n = dsp_tmpl_u8_count(obj->u.s.p, obj->u.s.n);
+        size_t n = dsp_utf8_count(obj->u.s.p, obj->u.s.n);
         TRY(slice_indices(r, (int64_t)n, a, b, c, &ix, &ok));
         if (ok) {
             if (n == obj->u.s.n) { /* ASCII fast path */
@@ -304,7 +304,7 @@ dsp_status dsp_tmpl_get_slice(rt *r, const tv *obj, const tv *a, const tv *b, co
             if (!offs || !p) return dsp_tmpl_oom(r->line);
             for (size_t i = 0, k = 0; i <= obj->u.s.n && k <= n; k++) {
                 offs[k] = i;
-                if (i < obj->u.s.n) i += dsp_tmpl_u8_len1((unsigned char)obj->u.s.p[i]);
+                if (i < obj->u.s.n) i += dsp_utf8_len((unsigned char)obj->u.s.p[i]);
                 else break;
             }
             offs[n] = obj->u.s.n;
@@ -512,12 +512,12 @@ dsp_status dsp_tmpl_str_method(rt *r, const tv *s, const char *m, args *a, tv *o
         const char *p = s->u.s.p;
         size_t n = s->u.s.n;
         if (!x->u.s.n) {
-            cnt = (int64_t)dsp_tmpl_u8_count(p, n) + 1;
-            res = !strcmp(m, "rfind") ? (int64_t)dsp_tmpl_u8_count(p, n) : 0;
+            cnt = (int64_t)dsp_utf8_count(p, n) + 1;
+            res = !strcmp(m, "rfind") ? (int64_t)dsp_utf8_count(p, n) : 0;
         } else {
             for (size_t i = 0; i + x->u.s.n <= n;) {
                 if (!memcmp(p + i, x->u.s.p, x->u.s.n)) {
-                    if (res < 0 || !strcmp(m, "rfind")) res = (int64_t)dsp_tmpl_u8_count(p, i);
+                    if (res < 0 || !strcmp(m, "rfind")) res = (int64_t)dsp_utf8_count(p, i);
                     cnt++;
                     i += x->u.s.n;
                 } else {
@@ -563,7 +563,7 @@ dsp_status dsp_tmpl_str_method(rt *r, const tv *s, const char *m, args *a, tv *o
         bool res = s->u.s.n > 0, cased = false;
         for (size_t i = 0; i < s->u.s.n;) {
             size_t l;
-            uint32_t c = dsp_tmpl_u8_dec(s->u.s.p + i, s->u.s.n - i, &l);
+            uint32_t c = dsp_utf8_decode(s->u.s.p + i, s->u.s.n - i, &l);
             i += l;
             if (c >= 0x80 && (!strcmp(m, "islower") || !strcmp(m, "isupper"))) {
                 if (!dsp_tmpl_cp_case_known(c)) return dsp_tmpl_fail(line, "str.%s: U+%04X is not supported", m, c);

@@ -69,7 +69,7 @@ static dsp_status msort(rt *r, tv *keys, tv *items, size_t n, tv *tk, tv *ti, bo
 static dsp_status filter_length(rt *r, const tv *v, int64_t *n) {
     switch (v->t) {
     case V_UNDEF: *n = 0; return DSP_OK;
-    case V_STR: *n = (int64_t)dsp_tmpl_u8_count(v->u.s.p, v->u.s.n); return DSP_OK;
+    case V_STR: *n = (int64_t)dsp_utf8_count(v->u.s.p, v->u.s.n); return DSP_OK;
     case V_LIST:
         if (v->fl == L_GEN) return dsp_tmpl_fail(r->line, "object of type 'generator' has no len()");
         *n = (int64_t)v->u.l->n;
@@ -146,7 +146,7 @@ static dsp_status do_indent(rt *r, const tv *s, const tv *width, bool first, boo
      * empty line when s ends with a break */
     while (!st) {
         size_t j = i, lb = 0;
-        while (j < n && !(lb = dsp_tmpl_py_linebreak_at(p + j, n - j))) j += dsp_tmpl_u8_len1((unsigned char)p[j]);
+        while (j < n && !(lb = dsp_tmpl_py_linebreak_at(p + j, n - j))) j += dsp_utf8_len((unsigned char)p[j]);
         /* line = p[i:j] ; ends at j (break of length lb) or at the end (the added "\n") */
         if (!first_line) {
             st = sb_putc(&b, '\n', r->line);

@@ -24,6 +24,7 @@
 #include "template/template.h"
 
 #include "core/arena.h"
+#include "core/utf8.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -251,12 +252,7 @@ static inline sb sb_new(const rt *r) { sb b = {0}; b.limit = r->t->lim.max_outpu
 /* copy a buffer into the arena as a string value, freeing the buffer */
 dsp_status dsp_tmpl_sb_to_str(rt *r, sb *b, tv *out);
 
-/* UTF-8 and Python's text rules */
-size_t dsp_tmpl_u8_len1(unsigned char c);
-uint32_t dsp_tmpl_u8_dec(const char *s, size_t n, size_t *len);
-size_t dsp_tmpl_u8_enc(uint32_t cp, char *o);
-bool dsp_tmpl_u8_valid(const char *s, size_t n);
-size_t dsp_tmpl_u8_count(const char *s, size_t n);
+/* Python's text rules */
 bool dsp_tmpl_py_space_cp(uint32_t c);
 size_t dsp_tmpl_py_space_at(const char *s, size_t n);
 size_t dsp_tmpl_py_rstrip_len(const char *s, size_t n);

@@ -114,7 +114,7 @@ static dsp_status lx_unescape(lexer *L, const char *s, size_t n, int line, token
             i += (size_t)nd;
             if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
                 return dsp_tmpl_fail(line, "string literal: escape \\%c gives an invalid code point", c);
-            k += dsp_tmpl_u8_enc(cp, o + k);
+            k += dsp_utf8_encode(cp, o + k);
             break;
         }
         case 'N': return dsp_tmpl_fail(line, "string literal: \\N{...} escapes are not supported");
@@ -123,7 +123,7 @@ static dsp_status lx_unescape(lexer *L, const char *s, size_t n, int line, token
                 uint32_t cp = (uint32_t)(c - '0');
                 for (int d = 0; d < 2 && i < n && s[i] >= '0' && s[i] <= '7'; d++)
                     cp = cp * 8 + (uint32_t)(s[i++] - '0');
-                k += dsp_tmpl_u8_enc(cp, o + k);
+                k += dsp_utf8_encode(cp, o + k);
             } else {
                 o[k++] = '\\';
                 i--; /* keep the character itself (it may start a UTF-8 sequence) */
@@ -281,7 +281,7 @@ static dsp_status lx_tag(lexer *L, bool is_block) {
             }
             if (k == sizeof g_ops / sizeof g_ops[0]) {
                 size_t l;
-                dsp_tmpl_u8_dec(s + p, n - p, &l);
+                dsp_utf8_decode(s + p, n - p, &l);
                 return dsp_tmpl_fail(L->line, "unexpected character '%.*s'", (int)l, s + p);
             }
             t.type = T_OP;

@@ -71,68 +71,7 @@ dsp_status dsp_tmpl_sb_to_str(rt *r, sb *b, tv *out) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* UTF-8 (all strings here are valid UTF-8: the source is checked, jansson checks JSON) */
-
-
-size_t dsp_tmpl_u8_len1(unsigned char c) {
-    return c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
-}
-uint32_t dsp_tmpl_u8_dec(const char *s, size_t n, size_t *len) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t l = dsp_tmpl_u8_len1(p[0]);
-    if (l > n) l = n;
-    *len = l;
-    switch (l) {
-    case 1: return p[0];
-    case 2: return ((uint32_t)(p[0] & 0x1f) << 6) | (p[1] & 0x3f);
-    case 3: return ((uint32_t)(p[0] & 0x0f) << 12) | ((uint32_t)(p[1] & 0x3f) << 6) | (p[2] & 0x3f);
-    default:
-        return ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3f) << 12) |
-               ((uint32_t)(p[2] & 0x3f) << 6) | (p[3] & 0x3f);
-    }
-}
-size_t dsp_tmpl_u8_enc(uint32_t cp, char *o) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xc0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-/* strict validation: no overlongs, no surrogates, <= U+10FFFF */
-bool dsp_tmpl_u8_valid(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = p[i];
-        if (c < 0x80) { i++; continue; }
-        size_t l;
-        uint32_t min;
-        if (c >= 0xc2 && c <= 0xdf) { l = 2; min = 0x80; }
-        else if (c >= 0xe0 && c <= 0xef) { l = 3; min = 0x800; }
-        else if (c >= 0xf0 && c <= 0xf4) { l = 4; min = 0x10000; }
-        else return false;
-        if (i + l > n) return false;
-        for (size_t k = 1; k < l; k++)
-            if ((p[i + k] & 0xc0) != 0x80) return false;
-        size_t dl;
-        uint32_t cp = dsp_tmpl_u8_dec(s + i, l, &dl);
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-        i += l;
-    }
-    return true;
-}
-size_t dsp_tmpl_u8_count(const char *s, size_t n) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++)
-        if (((unsigned char)s[i] & 0xc0) != 0x80) c++;
-    return c;
-}
+/* Python's text rules (all strings here are valid UTF-8: the source is checked, jansson checks JSON) */
 
 /* Python str.isspace() */
 bool dsp_tmpl_py_space_cp(uint32_t c) {
@@ -143,21 +82,12 @@ bool dsp_tmpl_py_space_cp(uint32_t c) {
 /* length of the whitespace code point at s (0 if not whitespace) */
 size_t dsp_tmpl_py_space_at(const char *s, size_t n) {
     size_t l;
-    uint32_t c = dsp_tmpl_u8_dec(s, n, &l);
+    uint32_t c = dsp_utf8_decode(s, n, &l);
     return dsp_tmpl_py_space_cp(c) ? l : 0;
-}
-/* start of the code point that ends at s+n */
-static size_t u8_prev(const char *s, size_t n) {
-    size_t i = n;
-    while (i > 0) {
-        i--;
-        if (((unsigned char)s[i] & 0xc0) != 0x80) break;
-    }
-    return i;
 }
 size_t dsp_tmpl_py_rstrip_len(const char *s, size_t n) {
     while (n > 0) {
-        size_t i = u8_prev(s, n);
+        size_t i = dsp_utf8_prev(s, n);
         if (!dsp_tmpl_py_space_at(s + i, n - i)) break;
         n = i;
     }
@@ -175,7 +105,7 @@ size_t dsp_tmpl_py_linebreak_at(const char *s, size_t n) {
     if (c == '\n' || c == 0x0b || c == 0x0c || c == 0x1c || c == 0x1d || c == 0x1e) return 1;
     if (c < 0x80) return 0;
     size_t l;
-    uint32_t cp = dsp_tmpl_u8_dec(s, n, &l);
+    uint32_t cp = dsp_utf8_decode(s, n, &l);
     return (cp == 0x85 || cp == 0x2028 || cp == 0x2029) ? l : 0;
 }
 
@@ -416,12 +346,12 @@ dsp_status dsp_tmpl_iter_list(rt *r, const tv *v, tlist **out) {
         return DSP_OK;
     }
     case V_STR: {
-        size_t n = dsp_tmpl_u8_count(v->u.s.p, v->u.s.n);
+        size_t n = dsp_utf8_count(v->u.s.p, v->u.s.n);
         tlist *l = dsp_tmpl_list_new(r, n);
         if (!l) return dsp_tmpl_oom(line);
         for (size_t i = 0; i < v->u.s.n;) {
             size_t cl;
-            dsp_tmpl_u8_dec(v->u.s.p + i, v->u.s.n - i, &cl);
+            dsp_utf8_decode(v->u.s.p + i, v->u.s.n - i, &cl);
             l->v[l->n++] = mk_str(v->u.s.p + i, cl);
             i += cl;
         }
@@ -518,7 +448,7 @@ static dsp_status put_str_repr(sb *b, const char *s, size_t n, int line) {
     TRY(sb_putc(b, q, line));
     for (size_t i = 0; i < n;) {
         size_t l;
-        uint32_t c = dsp_tmpl_u8_dec(s + i, n - i, &l);
+        uint32_t c = dsp_utf8_decode(s + i, n - i, &l);
         char e[16];
         if (c == (uint32_t)q || c == '\\') {
             e[0] = '\\';
@@ -604,7 +534,7 @@ static dsp_status put_json_str(sb *b, const char *s, size_t n, bool ascii, int l
             TRY(sb_puts(b, e, line));
         } else { /* non-ASCII with ensure_ascii */
             size_t l;
-            uint32_t cp = dsp_tmpl_u8_dec(s + j, n - j, &l);
+            uint32_t cp = dsp_utf8_decode(s + j, n - j, &l);
             if (cp >= 0x10000) {
                 uint32_t v = cp - 0x10000;
                 snprintf(e, sizeof e, "\\u%04x\\u%04x", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff));
@@ -745,7 +675,7 @@ dsp_status dsp_tmpl_from_json(rt *r, const json_t *j, tv *out, int depth) {
     case JSON_STRING: {
         size_t n = json_string_length(j);
         const char *s = json_string_value(j);
-        if (!dsp_tmpl_u8_valid(s, n)) return dsp_tmpl_fail(0, "context JSON: string is not valid UTF-8");
+        if (!dsp_utf8_valid(s, n)) return dsp_tmpl_fail(0, "context JSON: string is not valid UTF-8");
         *out = mk_str(s, n); /* the JSON outlives the render */
         return DSP_OK;
     }
@@ -831,7 +761,7 @@ dsp_status dsp_tmpl_str_case(rt *r, const tv *s, case_mode mode, tv *out) {
     bool prev_cased = false, first = true;
     for (size_t i = 0; i < s->u.s.n;) {
         size_t l;
-        uint32_t c = dsp_tmpl_u8_dec(s->u.s.p + i, s->u.s.n - i, &l);
+        uint32_t c = dsp_utf8_decode(s->u.s.p + i, s->u.s.n - i, &l);
         if (!dsp_tmpl_cp_case_known(c))
             return dsp_tmpl_fail(r->line, "case conversion of U+%04X is not supported", c);
         uint32_t o = c;
@@ -852,7 +782,7 @@ dsp_status dsp_tmpl_str_case(rt *r, const tv *s, case_mode mode, tv *out) {
         }
         }
         first = false;
-        k += dsp_tmpl_u8_enc(o, p + k);
+        k += dsp_utf8_encode(o, p + k);
         i += l;
     }
     *out = mk_str(p, k);
@@ -863,7 +793,7 @@ dsp_status dsp_tmpl_str_case(rt *r, const tv *s, case_mode mode, tv *out) {
 static bool in_chars(const tv *chars, uint32_t c) {
     for (size_t i = 0; i < chars->u.s.n;) {
         size_t l;
-        if (dsp_tmpl_u8_dec(chars->u.s.p + i, chars->u.s.n - i, &l) == c) return true;
+        if (dsp_utf8_decode(chars->u.s.p + i, chars->u.s.n - i, &l) == c) return true;
         i += l;
     }
     return false;
@@ -878,14 +808,14 @@ dsp_status dsp_tmpl_str_strip(rt *r, const tv *s, const tv *chars, int which, tv
     if (which & 1)
         while (b < n) {
             size_t l;
-            uint32_t c = dsp_tmpl_u8_dec(p + b, n - b, &l);
+            uint32_t c = dsp_utf8_decode(p + b, n - b, &l);
             if (ws ? !dsp_tmpl_py_space_cp(c) : !in_chars(chars, c)) break;
             b += l;
         }
     if (which & 2)
         while (n > b) {
-            size_t i = u8_prev(p, n), l;
-            uint32_t c = dsp_tmpl_u8_dec(p + i, n - i, &l);
+            size_t i = dsp_utf8_prev(p, n), l;
+            uint32_t c = dsp_utf8_decode(p + i, n - i, &l);
             if (ws ? !dsp_tmpl_py_space_cp(c) : !in_chars(chars, c)) break;
             n = i;
         }
@@ -913,7 +843,7 @@ dsp_status dsp_tmpl_str_replace(rt *r, const tv *s, const tv *old, const tv *new
             st = sb_put(&b, new_->u.s.p, new_->u.s.n, r->line);
             done++;
             if (i >= s->u.s.n) break;
-            size_t l = dsp_tmpl_u8_len1((unsigned char)p[i]);
+            size_t l = dsp_utf8_len((unsigned char)p[i]);
             if (!st) st = sb_put(&b, p + i, l, r->line);
             i += l;
         }
@@ -956,7 +886,7 @@ dsp_status dsp_tmpl_str_split(rt *r, const tv *s, const tv *sep, int64_t maxspli
                 break;
             }
             size_t j = i;
-            while (j < n && !dsp_tmpl_py_space_at(p + j, n - j)) j += dsp_tmpl_u8_len1((unsigned char)p[j]);
+            while (j < n && !dsp_tmpl_py_space_at(p + j, n - j)) j += dsp_utf8_len((unsigned char)p[j]);
             TRY(dsp_tmpl_list_push(r, l, mk_str(p + i, j - i)));
             splits++;
             i = j;

@@ -38,6 +38,7 @@
 #define DSP_TOK_TOK_H
 
 #include "dspark.h"
+#include "core/utf8.h"
 #include "io/gguf.h"
 
 #include <stdbool.h>
@@ -115,18 +116,6 @@ int32_t dsp_tok_find(const dsp_tok *t, const char *s, size_t len);
 
 /* ---- internals shared between tok.c, tok_pre.c, tok_bpe.c ---- */
 
-/* Lossy UTF-8 sanitizer (WHATWG decoder: each maximal invalid subsequence becomes U+FFFD). */
-typedef struct dsp_utf8_state {
-    uint8_t pend[4];
-    uint8_t n_pend, need;
-    uint8_t lo, hi;
-} dsp_utf8_state;
-/* Feed n bytes; appends valid output to out (room for 3*n + 4 bytes needed); returns bytes written. */
-size_t dsp_utf8_feed(dsp_utf8_state *st, const uint8_t *in, size_t n, uint8_t *out);
-/* End of input: an incomplete character becomes U+FFFD. Returns bytes written (0 or 3). */
-size_t dsp_utf8_finish(dsp_utf8_state *st, uint8_t *out);
-/* true if s is valid UTF-8 */
-bool dsp_utf8_valid(const uint8_t *s, size_t n);
 
 /* Pre-tokenizer: an ordered list of PCRE2 regexes applied like HF's Split(behavior=Isolated). */
 typedef struct dsp_tok_pre dsp_tok_pre;
