@@ -121,16 +121,20 @@ static void prefault(const dsp_model *m) {
     fprintf(stderr, "\n");
 }
 
-dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_model **out) {
+/* A model over an opened file (label: its path, for info and messages): metadata, tokenizer, chat
+ * template, then (unless vocab_only) hyper-parameters and weights. */
+static dsp_status load_opened(const char *label, dsp_gguf *g, dsp_status open_st, const dsp_model_params *params, dsp_model **out) {
     *out = NULL;
     dsp_model_params defaults = dsp_model_default_params();
     if (!params) params = &defaults;
     dsp_model *m = calloc(1, sizeof *m);
-    if (!m || !(m->path = strdup(path))) {
+    if (!m || !(m->path = strdup(label))) {
         free(m);
+        dsp_gguf_destroy(g);
         return dsp_error(DSP_ERR_NOMEM, "no memory");
     }
-    dsp_status st = dsp_gguf_open(path, &m->gguf);
+    m->gguf = g;
+    dsp_status st = open_st;
     if (!st) {
         st = fill_info(m);
         if (!st && m->tok_model[0]) {
@@ -143,7 +147,7 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
             if (!st) st = dsp_arch_bind_weights(m->gguf, &m->hp, &m->w);
             m->has_weights = st == DSP_OK;
         }
-        if (st) dsp_error_prefix("%s", path);
+        if (st) dsp_error_prefix("%s", label);
     }
     if (st) {
         dsp_model_destroy(m);
@@ -152,6 +156,18 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
     if (params->progress && m->has_weights) prefault(m);
     *out = m;
     return DSP_OK;
+}
+
+dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_model **out) {
+    dsp_gguf *g = NULL;
+    dsp_status st = dsp_gguf_open(path, &g);
+    return load_opened(path, g, st, params, out);
+}
+
+dsp_status dsp_model_load_memory(const void *data, size_t size, const char *label, const dsp_model_params *params, dsp_model **out) {
+    dsp_gguf *g = NULL;
+    dsp_status st = dsp_gguf_open_memory(data, size, &g);
+    return load_opened(label, g, st, params, out);
 }
 
 void dsp_model_destroy(dsp_model *m) {

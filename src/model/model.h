@@ -26,6 +26,10 @@ struct dsp_model {
     char *arch, *name, *tok_model, *tok_pre; /* NUL-terminated copies for info */
 };
 
+/* dsp_model_load from a GGUF image in memory (tests, fuzzers); data must outlive the model and
+ * label names it in messages. */
+dsp_status dsp_model_load_memory(const void *data, size_t size, const char *label, const dsp_model_params *params, dsp_model **out);
+
 /* parse tokenizer.chat_template if present (chat.c) */
 dsp_status dsp_model_load_chat_template(dsp_model *m);
 
