@@ -1,7 +1,7 @@
 /* fuzz/fuzz_model: libFuzzer target for model loading from untrusted files. The input is not a file
  * but the recipe of one: it picks an architecture, sets hyper-parameters (kept, absent, small,
  * powers of two, near-wrapping or raw 32-bit values, a head size whose product with the head count
- * wraps) and then mutates tensors (shapes, types,
+ * wraps), optionally adds a tokenizer (its size and special token ids fuzzed) and then mutates tensors (shapes, types,
  * dimensions, removal) of a valid tiny model (tests/gguf_build.h, whose consistent shapes use
  * 32-bit products that wrap as an attacker would make them). The GGUF written from it is loaded
  * and, if accepted, run (fuzz_common.h). An empty input is the valid model itself. */
@@ -50,6 +50,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     uint64_t v = pick(&r, m.n_vocab);
     m.n_vocab = (uint32_t)(v ? v : 1);
+    if (next8(&r) & 1) { /* a tokenizer, its size and special ids fuzzed too */
+        m.n_tokens = (uint32_t)pick(&r, m.n_vocab) % 4096;
+        uint64_t *ids[3] = {&m.bos_id, &m.eos_id, &m.eot_id};
+        for (int k = 0; k < 3; k++)
+            if (next8(&r) & 1) *ids[k] = (uint32_t)pick(&r, 1);
+    }
     gb_model_tensors(&m);
     for (int k = 0; k < 16 && r.i < r.n && m.n_t > 0; k++) {
         gb_tensor *t = &m.t[next8(&r) % m.n_t];

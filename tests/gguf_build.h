@@ -97,7 +97,11 @@ typedef struct gb_tensor {
 typedef struct gb_model {
     const char *arch;        /* general.architecture: llama, qwen2 (QKV bias), qwen3 (q/k norm), ... */
     uint32_t hp[GB_N_HP];    /* GB_*; 0 = the key is absent */
-    uint32_t n_vocab;        /* rows of token_embd.weight (there is no tokenizer) */
+    uint32_t n_vocab;        /* rows of token_embd.weight */
+    /* a byte-level BPE tokenizer of n_tokens tokens ("t0", "t1", ...), when n_tokens > 0, with
+     * tokenizer.ggml.<name>_token_id keys for the ids that are not UINT64_MAX */
+    uint32_t n_tokens;
+    uint64_t bos_id, eos_id, eot_id;
     gb_tensor t[GB_MAX_TENSORS];
     size_t n_t;
 } gb_model;
@@ -147,6 +151,7 @@ static inline void gb_model_init(gb_model *m, const char *arch) {
     m->hp[GB_EMBD] = 64, m->hp[GB_LAYERS] = 2, m->hp[GB_HEADS] = 4, m->hp[GB_HEADS_KV] = 2;
     m->hp[GB_FF] = 96, m->hp[GB_CTX] = 64;
     m->n_vocab = 32;
+    m->bos_id = m->eos_id = m->eot_id = UINT64_MAX;
     gb_model_tensors(m);
 }
 
@@ -170,8 +175,14 @@ static inline buf gb_model_write(const gb_model *m, size_t max_data) {
         total = align_up(total + rows * row, 32);
         if (total > max_data) return b;
     }
+    const char *const id_keys[3] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"};
+    const uint64_t ids[3] = {m->bos_id, m->eos_id, m->eot_id};
     size_t n_kv = 2;
     for (int k = 0; k < GB_N_HP; k++) n_kv += m->hp[k] != 0;
+    if (m->n_tokens) {
+        n_kv += 2;
+        for (int k = 0; k < 3; k++) n_kv += ids[k] != UINT64_MAX;
+    }
     hdr(&b, 3, m->n_t, n_kv);
     key(&b, "general.architecture", DSP_GGUF_STRING), str_(&b, m->arch ? m->arch : "");
     key(&b, "general.name", DSP_GGUF_STRING), str_(&b, "gguf_build tiny model");
@@ -180,6 +191,16 @@ static inline buf gb_model_write(const gb_model *m, size_t max_data) {
         if (!m->hp[i]) continue;
         snprintf(k, sizeof k, "%s.%s", m->arch ? m->arch : "", gb_hp_keys[i]);
         key(&b, k, DSP_GGUF_U32), u32_(&b, m->hp[i]);
+    }
+    if (m->n_tokens) {
+        key(&b, "tokenizer.ggml.model", DSP_GGUF_STRING), str_(&b, "gpt2");
+        key(&b, "tokenizer.ggml.tokens", DSP_GGUF_ARRAY), arr_hdr(&b, DSP_GGUF_STRING, m->n_tokens);
+        for (uint32_t i = 0; i < m->n_tokens; i++) {
+            snprintf(k, sizeof k, "t%u", i);
+            str_(&b, k);
+        }
+        for (int i = 0; i < 3; i++)
+            if (ids[i] != UINT64_MAX) key(&b, id_keys[i], DSP_GGUF_U32), u32_(&b, (uint32_t)ids[i]);
     }
     for (size_t i = 0; i < m->n_t; i++) tinfo(&b, m->t[i].name, m->t[i].n_dims, m->t[i].ne, m->t[i].type, off[i]);
     pad_to(&b, 32);

@@ -112,11 +112,30 @@ static void test_shapes_checked(void) {
     check_refused(&m, "attn_q_norm");
 }
 
+/* End-of-generation ids from the metadata are kept only when they are tokens of the vocabulary
+ * (an id >= 2^31 used to pass the check as a negative int32) */
+static void test_eog_ids_in_vocab(void) {
+    gb_model m;
+    gb_model_init(&m, "llama");
+    m.n_tokens = 32;
+    m.eos_id = 7, m.eot_id = 0xFFFFFFFFu;
+    buf file;
+    dsp_model *model = NULL;
+    CHECK_MSG(load(&m, &file, &model) == DSP_OK, "%s", dsp_last_error());
+    if (model) {
+        CHECK(model->n_eog >= 1 && model->eog[0] == 7);
+        for (int i = 0; i < model->n_eog; i++) CHECK_MSG(model->eog[i] >= 0 && model->eog[i] < 32, "eog[%d] = %d", i, model->eog[i]);
+    }
+    dsp_model_destroy(model);
+    free(file.p);
+}
+
 int main(void) {
     DSP_RUN(test_valid_tiny_models);
     DSP_RUN(test_wrapped_head_product);
     DSP_RUN(test_zero_head_size);
     DSP_RUN(test_layer_count_bounded);
     DSP_RUN(test_shapes_checked);
+    DSP_RUN(test_eog_ids_in_vocab);
     return dsp_test_summary();
 }

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_INPUT ((size_t)1 << 30)
-
 typedef struct cli_tok {
     dsp_model *m;
     const dsp_tok *t;
@@ -74,7 +72,7 @@ int dsp_cmd_tokenize(int argc, char **argv) {
     size_t len = 0;
     char *owned = NULL;
     if (file) {
-        if (dsp_file_read(file, MAX_INPUT, &owned, &len)) return dsp_cli_fail("tokenize", "%s", dsp_last_error());
+        if (dsp_file_read(file, DSP_TOK_MAX_TEXT, &owned, &len)) return dsp_cli_fail("tokenize", "%s", dsp_last_error());
         text = owned;
     } else {
         len = strlen(text);

@@ -51,7 +51,8 @@ static void find_eog(dsp_model *m) {
     int32_t n_vocab = (int32_t)dsp_tok_n_vocab(m->tok);
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         uint32_t id;
-        if (dsp_gguf_get_u32(m->gguf, keys[i], &id) == DSP_OK && (int32_t)id < n_vocab && m->n_eog < DSP_MAX_EOG) m->eog[m->n_eog++] = (int32_t)id;
+        if (dsp_gguf_get_u32(m->gguf, keys[i], &id) == DSP_OK && id < (uint32_t)n_vocab && m->n_eog < DSP_MAX_EOG)
+            m->eog[m->n_eog++] = (int32_t)id;
     }
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         int32_t id = dsp_tok_find(m->tok, names[i], strlen(names[i]));

@@ -650,14 +650,18 @@ static dsp_status call_builtin(rt *r, int fn, args *a, tv *out) {
             if (a->npos == 3) stp = v[2];
         }
         if (stp == 0) return dsp_tmpl_fail(line, "range() arg 3 must not be zero");
-        double cnt = stp > 0 ? ceil(((double)stop - (double)start) / (double)stp)
-                             : ceil(((double)start - (double)stop) / (double)-stp);
-        if (cnt < 0) cnt = 0;
+        /* the length, exactly: the distance between two int64 fits in uint64, and the elements are
+         * stepped in uint64 (they all lie in int64, their products with the index might not) */
+        uint64_t span = 0, mag = stp > 0 ? (uint64_t)stp : -(uint64_t)stp;
+        if (stp > 0 && stop > start) span = (uint64_t)stop - (uint64_t)start;
+        if (stp < 0 && start > stop) span = (uint64_t)start - (uint64_t)stop;
+        uint64_t cnt = span ? (span - 1) / mag + 1 : 0;
         if (cnt > 100000)
             return dsp_tmpl_fail(line, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
         tlist *l = dsp_tmpl_list_new(r, (size_t)cnt);
         if (!l) return dsp_tmpl_oom(line);
-        for (int64_t i = 0; i < (int64_t)cnt; i++) l->v[l->n++] = mk_int(start + i * stp);
+        uint64_t x = (uint64_t)start;
+        for (uint64_t i = 0; i < cnt; i++, x += (uint64_t)stp) l->v[l->n++] = mk_int((int64_t)x);
         *out = mk_list(l, L_RANGE);
         return DSP_OK;
     }

@@ -228,7 +228,8 @@ dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out) {
     if (t->add_bos && t->bos < 0) t->add_bos = false;
     if (t->add_eos && t->eos < 0) t->add_eos = false;
 
-    /* sizes first, then one blob: text + key + piece, each at most the text's length (+0) */
+    /* sizes first, then one blob: text + key + piece. The key is at most 3x the text (Gemma's
+     * all-space tokens respelled with U+2581), the text and the piece at most 1x. */
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         size_t l = p->token_lens ? p->token_lens[i] : (p->tokens[i] ? strlen(p->tokens[i]) : 0);
@@ -237,7 +238,7 @@ dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out) {
             st = dsp_error(DSP_ERR_FORMAT, "tokenizer: token %zu is %zu bytes long (limit %u)", i, l, MAX_TOKEN_BYTES);
             goto fail;
         }
-        total += 3 * l;
+        total += 5 * l;
     }
     if (total >= UINT32_MAX) { st = dsp_error(DSP_ERR_FORMAT, "tokenizer: token strings too large (%zu bytes)", total); goto fail; }
     t->blob = malloc(total + 1);
@@ -689,7 +690,9 @@ dsp_status dsp_tok_ids_push(dsp_tok_ids *ids, int32_t id) {
 
 dsp_status dsp_tok_encode(const dsp_tok *t, const char *text, size_t len, int flags, dsp_tok_ids *out) {
     if (!text && len) return dsp_error(DSP_ERR_INVALID_ARG, "tokenize: text is NULL");
-    if (len > ((size_t)1 << 31)) return dsp_error(DSP_ERR_RANGE, "tokenize: text of %zu bytes is too long (limit 2 GiB)", len);
+    /* the encoder keeps offsets and symbol counts in 32 bits: SPM triples the text (every ' ' becomes
+     * U+2581) and it must still fit */
+    if (len > DSP_TOK_MAX_TEXT) return dsp_error(DSP_ERR_RANGE, "tokenize: text of %zu bytes is too long (limit 1 GiB)", len);
     dsp_status st = DSP_OK;
     char *clean = NULL;
     if (len && !dsp_utf8_valid(text, len)) {

@@ -78,6 +78,7 @@ typedef struct dsp_tok_params {
 } dsp_tok_params;
 
 dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out);
+#define DSP_TOK_MAX_TEXT ((size_t)1 << 30) /* longest text dsp_tok_encode accepts (bytes) */
 /* Reads tokenizer.ggml.* and general.architecture. The tokenizer copies what it needs and does not
  * keep a reference to g. */
 dsp_status dsp_tok_create_from_gguf(const dsp_gguf *g, dsp_tok **out);
