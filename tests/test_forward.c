@@ -152,7 +152,7 @@ static void test_bad_input(void) {
 }
 
 int main(void) {
-    if (!(g_m = dsp_test_load_default_model())) return 0;
+    if (!(g_m = dsp_test_load_default_model())) return dsp_test_summary();
     dsp_fwd_params fp = dsp_fwd_default_params();
     fp.n_ctx = 256;
     fp.max_batch_tokens = 64;

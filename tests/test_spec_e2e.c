@@ -492,7 +492,7 @@ int main(void) {
     if (lv && !strcmp(lv, "full")) g_full = true, g_tokens = 24;
     const char *nt = getenv("DSP_SPEC_TEST_TOKENS");
     if (nt && atoi(nt) > 0) g_tokens = atoi(nt);
-    if (!(g_m = dsp_test_load_default_model())) return 0;
+    if (!(g_m = dsp_test_load_default_model())) return dsp_test_summary();
     dsp_engine_params ep = dsp_engine_default_params();
     ep.n_ctx = 512;
     ep.n_threads = 2;
