@@ -8,7 +8,9 @@
  *   2. free-running greedy decoding (one token per forward, the KV-cached path): our tokens must
  *      equal HF's up to the first step whose margin is <= 2T (after a legitimate near-tie flip the
  *      continuations differ and are not compared).
- * Prints one line per prompt and a summary with the largest deviation; exit 1 on any failure.
+ * A forward that fails (either step) fails the prompt. Prints one line per prompt and a summary
+ * with the largest deviation; exit 1 on any failure. --fault-at S feeds an out-of-vocabulary token
+ * at free-running step S, so that the test can check a forward error is a failure.
  * Driven by tests/py/test_golden.py (which makes the tiny models first). */
 #include "model/forward.h"
 
@@ -38,11 +40,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     double tol = 5e-4; /* 3x the HF cached-vs-uncached noise of the fixtures (1.6e-4) */
-    int threads = 2, max_prompt = 1 << 30;
+    int threads = 2, max_prompt = 1 << 30, fault_at = -1;
     for (int i = 3; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--tol")) tol = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--max-prompt-tokens")) max_prompt = atoi(argv[i + 1]); /* skip longer prompts */
+        else if (!strcmp(argv[i], "--fault-at")) fault_at = atoi(argv[i + 1]);
     }
     json_error_t jerr;
     json_t *fx = json_load_file(argv[1], JSON_ALLOW_NUL, &jerr); /* generated_text may hold NUL */
@@ -118,29 +121,32 @@ int main(int argc, char **argv) {
         /* 2. free-running greedy on the KV-cached path */
         dsp_kv_seq_truncate(dsp_fwd_kv(f), &kv, 0);
         dsp_batch b2 = {np, ids, seq, pos, 1, &rows[0], 0, NULL};
-        int agree = 0, compared = 0, diverged = 0;
-        if (dsp_fwd_run(f, seqs, 1, &b2, logits, NULL) == DSP_OK) {
-            for (int s = 0; s < steps; s++) {
-                int t = argmax(logits, V);
-                compared++;
-                if (t != hf[s]) {
-                    if (json_number_value(json_array_get(margins, (size_t)s)) > 2 * tol) diverged = 1;
-                    break;
-                }
-                agree++;
-                int32_t pp = np + s, sq = 0, r = 0, tt = t;
-                dsp_batch b3 = {1, &tt, &sq, &pp, 1, &r, 0, NULL};
-                if (s + 1 < steps && dsp_fwd_run(f, seqs, 1, &b3, logits, NULL)) break;
+        int agree = 0, diverged = 0, fwd_failed = 0;
+        if (dsp_fwd_run(f, seqs, 1, &b2, logits, NULL) != DSP_OK) {
+            fprintf(stderr, "golden_check: %s: free-running prefill: %s\n", name, dsp_last_error());
+            fwd_failed = 1;
+        }
+        for (int s = 0; s < steps && !fwd_failed; s++) {
+            int t = argmax(logits, V);
+            if (t != hf[s]) {
+                if (json_number_value(json_array_get(margins, (size_t)s)) > 2 * tol) diverged = 1;
+                break;
+            }
+            agree++;
+            int32_t pp = np + s, sq = 0, r = 0, tt = s == fault_at ? V : t;
+            dsp_batch b3 = {1, &tt, &sq, &pp, 1, &r, 0, NULL};
+            if (s + 1 < steps && dsp_fwd_run(f, seqs, 1, &b3, logits, NULL) != DSP_OK) {
+                fprintf(stderr, "golden_check: %s: free-running step %d: %s\n", name, s + 1, dsp_last_error());
+                fwd_failed = 1;
             }
         }
         dsp_kv_seq_free(dsp_fwd_kv(f), &kv);
-        bool ok = !bad_logit && !bad_argmax && !diverged;
+        bool ok = !bad_logit && !bad_argmax && !diverged && !fwd_failed;
         if (!ok) fails++;
         if (dev > worst) worst = dev;
         printf("%-4s %-14s prompt %3d tokens: max |dlogit| %.2e, argmax mismatches %d, logits over tol %d, greedy %d/%d agree%s\n",
                ok ? "ok" : "FAIL", name, np, dev, bad_argmax, bad_logit, agree, steps,
-               agree < steps ? (diverged ? " (DIVERGED at a clear margin)" : " (stopped at a near-tie)") : "");
-        (void)compared;
+               fwd_failed ? " (FORWARD ERROR)" : agree < steps ? (diverged ? " (DIVERGED at a clear margin)" : " (stopped at a near-tie)") : "");
     }
     printf("%s: %zu prompts, %d failed, worst |dlogit| %.3e (tolerance %.1e)\n", argv[1], json_array_size(prompts), fails, worst, tol);
     free(ids), free(seq), free(pos), free(rows), free(logits);

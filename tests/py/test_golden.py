@@ -24,16 +24,21 @@ MODELS = os.environ.get("DSP_MODELS", os.path.join(ROOT, "models"))
 TOOL = os.path.join(BUILD, "tests", "golden_check")
 
 
-def run_check(fixture, model, sanitized_limit=None):
+def check_cmd(fixture, model, *extra):
     with open(fixture, encoding="utf-8") as f:
         want = json.load(f)["model_sha256"]
     assert mtm.sha256_file(model) == want, f"{model} is not the file {fixture} was made from"
-    cmd = [TOOL, fixture, model]
+    r = subprocess.run([TOOL, fixture, model, *extra], capture_output=True, text=True, timeout=1200)
+    print(r.stdout, r.stderr)
+    return r
+
+
+def run_check(fixture, model, sanitized_limit=None):
+    extra = []
     if sanitized_limit and os.environ.get("DSP_SANITIZED"):
         # sanitizer builds are ~30x slower: the short prompts only (the release build runs all)
-        cmd += ["--max-prompt-tokens", str(sanitized_limit)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-    print(r.stdout, r.stderr)
+        extra = ["--max-prompt-tokens", str(sanitized_limit)]
+    r = check_cmd(fixture, model, *extra)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -46,6 +51,15 @@ def tiny(tmp_path_factory):
 def test_tiny_golden(tiny, name):
     path, _ = tiny[name]
     run_check(os.path.join(FIX, name + ".json"), path)
+
+
+def test_forward_error_fails(tiny):
+    """A forward error during free-running decoding fails the check (it used to end the comparison
+    early, as a near-tie would, and pass)."""
+    path, _ = tiny["tiny-llama"]
+    r = check_cmd(os.path.join(FIX, "tiny-llama.json"), path, "--fault-at", "3")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FORWARD ERROR" in r.stdout and "free-running step 4" in r.stderr and "out of range" in r.stderr
 
 
 def test_default_model_golden():
