@@ -275,8 +275,8 @@ dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const ds
         float p = (float)b->pos[i] / hp->rope_scale, *cs = f->rope_cs + (size_t)i * hp->rope_dim;
         for (int k = 0; k < half; k++) {
             float a = p * f->inv_freq[k];
-            cs[2 * k] = cosf(a);
-            cs[2 * k + 1] = sinf(a);
+            cs[2 * k] = cosf(a) * hp->rope_attn_factor; /* yarn; exactly 1 otherwise */
+            cs[2 * k + 1] = sinf(a) * hp->rope_attn_factor;
         }
     }
     for (int l = 0; l < hp->n_layer; l++) {
