@@ -140,11 +140,14 @@ int dsp_cmd_chat(int argc, char **argv) {
     dsp_model *m = NULL;
     dsp_ctx *c = NULL;
     dsp_seq *s = NULL;
+    mp.quantize = dsp_cli_quantize;
+    mp.n_threads = cp.n_threads;
     if (dsp_model_load(model, &mp, &m) || dsp_ctx_create(m, &cp, &c) || dsp_seq_create(c, &s)) {
         int rc = dsp_cli_fail("chat", "%s", dsp_last_error());
         dsp_seq_destroy(s), dsp_ctx_destroy(c), dsp_model_destroy(m);
         return rc;
     }
+    dsp_cli_sampling_defaults(m, &gp);
     const dsp_tokenizer *tok = dsp_model_tokenizer(m);
     json_t *msgs = json_array();
     if (system) add_message(msgs, "system", system, strlen(system));

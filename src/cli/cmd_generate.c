@@ -15,17 +15,18 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dspark generate -m MODEL (-p TEXT | --file F) [options]\n\n"
             "Generates a continuation of the prompt and streams it to stdout.\n\n"
-            "  -m, --model PATH        GGUF model file\n"
+            "  -m, --model MODEL       GGUF file, Hugging Face directory, or repo id org/name[@rev] (HF cache)\n"
             "  -p, --prompt TEXT       the prompt\n"
             "  -f, --file F            read the prompt from a file ('-' = stdin)\n"
             "  -n, --max-tokens N      tokens to generate at most (default 256)\n"
             "      --chat              wrap the prompt as a user message in the model's chat template\n"
             "      --system TEXT       system message (with --chat)\n"
             "      --chat-template F   use this Jinja template instead of the model's\n"
-            "      --temperature T     0 = greedy (default 0)\n"
-            "      --top-p P           nucleus sampling mass (default 1 = off)\n"
-            "      --top-k K           keep the K most likely tokens (default 0 = off)\n"
-            "      --min-p P           drop tokens below P x the top probability (default 0)\n"
+            "      --temperature T     0 = greedy (default: the model's generation_config.json, else 0)\n"
+            "      --top-p P           nucleus sampling mass (default: generation_config, else 1 = off)\n"
+            "      --top-k K           keep the K most likely tokens (default: generation_config, else 0 = off)\n"
+            "      --min-p P           drop tokens below P x the top probability (default: generation_config, else 0)\n"
+            "      --quantize Q        quantize F32/F16/BF16 weights at load: q8_0 or q4_0\n"
             "      --presence-penalty X, --frequency-penalty X   OpenAI penalties in [-2, 2]\n"
             "      --repeat-penalty X  llama.cpp repetition penalty (default 1 = off)\n"
             "      --seed S            sampling seed (default 0)\n"
@@ -70,6 +71,27 @@ static bool num(const char *opt, const char *s, double lo, double hi, double *ou
 void dsp_cli_spec_defaults(dsp_gen_params *gp) {
     gp->mode = DSP_SPEC_AUTO;
     gp->max_draft = DSP_CLI_DEFAULT_MAX_DRAFT;
+    /* "not given" until the model is loaded: dsp_cli_sampling_defaults fills them */
+    gp->temperature = gp->top_p = gp->min_p = gp->repetition_penalty = -1.0f;
+    gp->top_k = -1;
+}
+
+const char *dsp_cli_quantize = NULL;
+
+void dsp_cli_sampling_defaults(const dsp_model *m, dsp_gen_params *gp) {
+    unsigned given = (gp->temperature >= 0 ? DSP_GEN_HAS_TEMPERATURE : 0) | (gp->top_p >= 0 ? DSP_GEN_HAS_TOP_P : 0) |
+                     (gp->top_k >= 0 ? DSP_GEN_HAS_TOP_K : 0) | (gp->min_p >= 0 ? DSP_GEN_HAS_MIN_P : 0) |
+                     (gp->repetition_penalty >= 0 ? DSP_GEN_HAS_REPETITION_PENALTY : 0);
+    dsp_gen_params lib = dsp_gen_default_params();
+    lib.temperature = 0; /* the CLI is greedy unless the model or the user says otherwise */
+    if (gp->temperature < 0) gp->temperature = lib.temperature;
+    if (gp->top_p < 0) gp->top_p = lib.top_p;
+    if (gp->top_k < 0) gp->top_k = lib.top_k;
+    if (gp->min_p < 0) gp->min_p = lib.min_p;
+    if (gp->repetition_penalty < 0) gp->repetition_penalty = lib.repetition_penalty;
+    dsp_gen_defaults gd;
+    dsp_model_gen_defaults(m, &gd);
+    dsp_gen_apply_defaults(&gd, given, gp);
 }
 
 /* Speculation statistics for --json (generate) and the benchmark. */
@@ -116,6 +138,10 @@ int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int
     else if (!strcmp(a, "--seed")) { NUM(0, 1.8e19) gp->seed = (uint64_t)v; }
     else if (!strcmp(a, "--logprobs")) { NUM(0, DSP_MAX_LOGPROBS) gp->logprobs = (int32_t)v; }
     else if (!strcmp(a, "--ignore-eos")) gp->ignore_eos = true;
+    else if (!strcmp(a, "--quantize")) {
+        NEXT();
+        dsp_cli_quantize = argv[*i];
+    }
     else if (!strcmp(a, "--mode")) {
         NEXT();
         if (!strcmp(argv[*i], "baseline")) gp->mode = DSP_SPEC_BASELINE;
@@ -269,6 +295,8 @@ int dsp_cmd_generate(int argc, char **argv) {
     double t0 = dsp_cli_now_ms();
     dsp_model_params mp = dsp_model_default_params();
     mp.progress = isatty(2);
+    mp.quantize = dsp_cli_quantize;
+    mp.n_threads = o.cp.n_threads;
     dsp_model *m = NULL;
     dsp_ctx *c = NULL;
     dsp_seq *s = NULL;
@@ -282,6 +310,7 @@ int dsp_cmd_generate(int argc, char **argv) {
         dsp_cli_fail("generate", "%s", dsp_last_error());
         goto out;
     }
+    dsp_cli_sampling_defaults(m, &o.gp);
     if (dsp_ctx_create(m, &o.cp, &c) || dsp_seq_create(c, &s)) {
         dsp_cli_fail("generate", "%s", dsp_last_error());
         goto out;

@@ -347,7 +347,7 @@ static dsp_status tok_create(const dsp_tok_params *p, dsp_tok **out) {
     t->add_space_prefix = p->kind == DSP_TOK_SPM && !t->gemma && p->add_space_prefix != 0;
     t->space_prefix_first_only = p->space_prefix_first_only;
     t->spm_split = p->spm_split;
-    t->decode_strip = p->decode_strip >= 0 ? p->decode_strip != 0 : t->add_space_prefix;
+    t->decode_strip = t->add_space_prefix && !p->decode_keep_space;
     t->ignore_merges = p->ignore_merges;
     if (t->add_bos && t->bos < 0) t->add_bos = false;
     if (t->add_eos && t->eos < 0) t->add_eos = false;
@@ -681,7 +681,7 @@ dsp_status dsp_tok_create_from_gguf(const dsp_gguf *g, dsp_tok **out) {
     dsp_tok_params p;
     memset(&p, 0, sizeof p);
     p.bos = p.eos = p.unk = p.pad = -1;
-    p.add_bos = p.add_eos = p.add_space_prefix = p.decode_strip = -1;
+    p.add_bos = p.add_eos = p.add_space_prefix = -1;
     dsp_str model, pre = {0}, arch = {0};
     dsp_status st = dsp_gguf_get_str(g, "tokenizer.ggml.model", &model);
     if (st == DSP_ERR_NOT_FOUND) return dsp_error(DSP_ERR_NOT_FOUND, "the file has no tokenizer (tokenizer.ggml.model absent)");

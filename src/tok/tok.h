@@ -83,7 +83,7 @@ typedef struct dsp_tok_params {
     const dsp_tok_pre *pre_custom; /* BPE: this pre-tokenizer instead of `pre` (ownership passes to the tokenizer) */
     bool space_prefix_first_only;  /* SPM: the U+2581 prefix only before the text's first segment (Metaspace "first") */
     bool spm_split;                /* SPM: every U+2581 starts a new word (Metaspace split = true) */
-    int decode_strip;              /* SPM: drop one leading space when decoding; -1: = add_space_prefix */
+    bool decode_keep_space;        /* SPM: do not drop the leading space the prefix added when decoding */
 } dsp_tok_params;
 
 /* added-token flags (tokenizer.json added_tokens) */

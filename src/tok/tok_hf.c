@@ -414,7 +414,7 @@ dsp_status dsp_tok_create_from_hf(const json_t *tj, const json_t *tcfg, dsp_tok 
     p.add_space_prefix = h.prepend;
     p.space_prefix_first_only = h.meta_first;
     p.spm_split = h.metaspace && h.meta_split;
-    p.decode_strip = h.strip_decode;
+    p.decode_keep_space = !h.strip_decode;
     int32_t pre_id, post_id;
     if ((st = post_processor(json_object_get(tj, "post_processor"), &pre_id, &post_id))) goto free_arrays;
     p.bos = tcfg ? config_token(tcfg, "bos_token", vocab) : -1;
