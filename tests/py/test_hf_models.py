@@ -132,7 +132,7 @@ def test_repo_id_from_hub_cache(dirs, tmp_path):
 BROKEN = [
     ("config.json", "{", "config.json: line"),
     ("config.json", '{"model_type": "bert"}', "model_type 'bert' is not supported"),
-    ("config.json", '{"model_type": "llama", "hidden_size": "x"}', "\"hidden_size\" is not an integer"),
+    ("config.json", '{"model_type": "llama", "vocab_size": 512, "hidden_size": "x"}', "\"hidden_size\" is not an integer"),
     ("tokenizer.json", '{"model": {"type": "WordPiece", "vocab": {}}}', "model type WordPiece is not supported"),
     ("tokenizer.json", '{"model": {"type": "Unigram", "vocab": []}}', "model type Unigram is not supported"),
     ("tokenizer.json", None, "normalizer Lowercase is not supported"),
