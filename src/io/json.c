@@ -15,6 +15,9 @@ dsp_status dsp_json_load_file(const char *path, size_t max_bytes, json_t **out) 
     if (st) return st;
     json_error_t je;
     json_t *root = json_loadb(txt, len, JSON_REJECT_DUPLICATES, &je);
+    /* transformers writes model_max_length = 1e30 as an integer: read numbers as reals then
+     * (dsp_json_int accepts whole reals) */
+    if (!root && strstr(je.text, "too big integer")) root = json_loadb(txt, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &je);
     free(txt);
     if (!root) return dsp_error(DSP_ERR_FORMAT, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
     if (!json_is_object(root)) {

@@ -346,6 +346,7 @@ static dsp_status tok_create(const dsp_tok_params *p, dsp_tok **out) {
     t->add_eos = p->add_eos > 0;
     t->add_space_prefix = p->kind == DSP_TOK_SPM && !t->gemma && p->add_space_prefix != 0;
     t->space_prefix_first_only = p->space_prefix_first_only;
+    t->space_prefix_unless_space = p->space_prefix_unless_space;
     t->spm_split = p->spm_split;
     t->decode_strip = t->add_space_prefix && !p->decode_keep_space;
     t->ignore_merges = p->ignore_merges;

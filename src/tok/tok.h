@@ -82,6 +82,7 @@ typedef struct dsp_tok_params {
     bool ignore_merges;            /* BPE: a piece that is itself a token is not merged (Llama 3) */
     const dsp_tok_pre *pre_custom; /* BPE: this pre-tokenizer instead of `pre` (ownership passes to the tokenizer) */
     bool space_prefix_first_only;  /* SPM: the U+2581 prefix only before the text's first segment (Metaspace "first") */
+    bool space_prefix_unless_space; /* SPM: no prefix before a segment that starts with a space (Metaspace) */
     bool spm_split;                /* SPM: every U+2581 starts a new word (Metaspace split = true) */
     bool decode_keep_space;        /* SPM: do not drop the leading space the prefix added when decoding */
 } dsp_tok_params;

@@ -200,7 +200,8 @@ dsp_status dsp_tok_encode_segment(const dsp_tok *t, dsp_tok_scratch *sc, const c
         sc->norm_cap = need;
     }
     size_t o = 0;
-    if (t->add_space_prefix && len && (!t->space_prefix_first_only || sc->at_text_start)) memcpy(sc->norm, "\xE2\x96\x81", 3), o = 3;
+    if (t->add_space_prefix && len && (!t->space_prefix_first_only || sc->at_text_start) && !(t->space_prefix_unless_space && (text[0] == ' ' || (len >= 3 && !memcmp(text, "\xE2\x96\x81", 3)))))
+        memcpy(sc->norm, "\xE2\x96\x81", 3), o = 3;
     for (size_t i = 0; i < len; i++) {
         if (text[i] == ' ') memcpy(sc->norm + o, "\xE2\x96\x81", 3), o += 3;
         else sc->norm[o++] = text[i];

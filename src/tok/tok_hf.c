@@ -413,6 +413,7 @@ dsp_status dsp_tok_create_from_hf(const json_t *tj, const json_t *tcfg, dsp_tok 
     if (st) goto free_arrays;
     p.add_space_prefix = h.prepend;
     p.space_prefix_first_only = h.meta_first;
+    p.space_prefix_unless_space = h.metaspace;
     p.spm_split = h.metaspace && h.meta_split;
     p.decode_keep_space = !h.strip_decode;
     int32_t pre_id, post_id;

@@ -13,7 +13,7 @@ struct dsp_tokenizer {
     size_t n;                   /* vocabulary size */
     int32_t bos, eos, unk, pad; /* -1: none */
     bool add_bos, add_eos, add_space_prefix;
-    bool space_prefix_first_only, spm_split, decode_strip, ignore_merges;
+    bool space_prefix_first_only, space_prefix_unless_space, spm_split, decode_strip, ignore_merges;
     uint8_t *added_flags;                  /* (n) DSP_TOK_AF_*, or NULL */
     size_t max_piece;
 
