@@ -24,6 +24,7 @@ static float *run(const char *path, const char *quant, int threads, int n, int *
     fp.n_threads = threads;
     fp.n_ctx = (uint32_t)n;
     fp.max_batch_tokens = n;
+    fp.max_logits = n;
     dsp_fwd *f;
     if (dsp_fwd_create(m, &fp, &f)) {
         fprintf(stderr, "hf_check: %s\n", dsp_last_error());
