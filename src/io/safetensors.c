@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/file.h"
+#include "io/json.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -308,14 +309,9 @@ static bool plain_name(const char *n) {
 }
 
 static dsp_status open_index(dsp_st *s, const char *dir, const char *index_path) {
-    char *txt;
-    size_t len;
-    dsp_status st = dsp_file_read_all(index_path, MAX_INDEX_BYTES, &txt, &len);
+    json_t *root;
+    dsp_status st = dsp_json_load_file(index_path, MAX_INDEX_BYTES, &root);
     if (st) return st;
-    json_error_t je;
-    json_t *root = json_loadb(txt, len, JSON_REJECT_DUPLICATES, &je);
-    free(txt);
-    if (!root) return dsp_error(DSP_ERR_FORMAT, "%s: line %d column %d: %s", index_path, je.line, je.column, je.text);
     json_t *wm = json_object_get(root, "weight_map");
     const char *name;
     json_t *v;
