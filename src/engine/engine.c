@@ -696,6 +696,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         }
         n_seqs++;
     }
+    if ((uint32_t)n_seqs > e->st.peak_running) e->st.peak_running = (uint32_t)n_seqs;
     int n_taps = e->taps ? e->n_taps : 0;
     dsp_batch b = {n, e->btok, e->bseq, e->bpos, n_logits, e->brow, n_taps, n_taps ? e->tap_layers : NULL};
     dsp_status st = dsp_fwd_run(e->fwd, e->bseqs, n_seqs, &b, e->logits, n_taps ? e->taps : NULL);

@@ -470,6 +470,20 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
         gp->seed = splitmix(&x);
     }
     if (!get_bool(root, "ignore_eos", &gp->ignore_eos, e)) goto out;
+    /* extensions: speculation per request (always lossless: only the speed changes) */
+    json_t *mode = field(root, "mode");
+    if (mode) {
+        const char *m = json_is_string(mode) ? json_string_value(mode) : "";
+        if (!strcmp(m, "baseline")) gp->mode = DSP_SPEC_BASELINE;
+        else if (!strcmp(m, "lookup")) gp->mode = DSP_SPEC_LOOKUP;
+        else if (!strcmp(m, "auto")) gp->mode = DSP_SPEC_AUTO;
+        else {
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "mode", "'mode' must be one of \"auto\", \"lookup\", \"baseline\"");
+            goto out;
+        }
+    }
+    if (!get_int(root, "max_draft", 1, DSP_MAX_DRAFT, &v, &have, e)) goto out;
+    if (have) gp->max_draft = (int32_t)v;
 
     /* length */
     long long mt = s->cfg.default_max_tokens, mct = 0;

@@ -156,6 +156,7 @@ struct dsp_srv {
     dsp_srv_req *q_head, *q_tail; /* the inbox */
     int q_len;
     int n_inflight;              /* submitted to the engine, not yet done */
+    dsp_engine_stats stats;      /* the engine's, after its last round */
     bool q_stop;                 /* the engine thread exits when the queue is empty */
     atomic_bool draining;        /* refuse new requests (503) */
     atomic_bool hard_stop;       /* cancel whatever runs; fail whatever waits */
