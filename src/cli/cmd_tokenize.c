@@ -2,6 +2,7 @@
  * (ids -> text). The tokenizer comes from the model loaded vocab-only (no weights are touched). */
 #include "cli/cli.h"
 
+#include "core/file.h"
 #include "dspark.h"
 #include "tok/tok.h"
 
@@ -9,8 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MAX_INPUT ((size_t)1 << 30)
 
 typedef struct cli_tok {
     dsp_model *m;
@@ -31,47 +30,6 @@ static int open_tokenizer(const char *cmd, const char *path, cli_tok *ct) {
 }
 
 static void close_tokenizer(cli_tok *ct) { dsp_model_destroy(ct->m); }
-
-static char *read_file(const char *cmd, const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        dsp_cli_fail(cmd, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            if (cap >= MAX_INPUT) {
-                dsp_cli_fail(cmd, "%s: input larger than %zu bytes", path, MAX_INPUT);
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) {
-            if (ferror(f)) {
-                dsp_cli_fail(cmd, "%s: read error", path);
-                free(buf);
-                buf = NULL;
-            }
-            break;
-        }
-    }
-    if (f != stdin) fclose(f);
-    *len = n;
-    return buf;
-}
 
 static void tokenize_usage(FILE *f) {
     fprintf(f, "usage: dspark tokenize -m MODEL [--special] [--no-bos] [--file F | TEXT]\n\n"
@@ -114,7 +72,7 @@ int dsp_cmd_tokenize(int argc, char **argv) {
     size_t len = 0;
     char *owned = NULL;
     if (file) {
-        if (!(owned = read_file("tokenize", file, &len))) return 1;
+        if (dsp_file_read(file, DSP_TOK_MAX_TEXT, &owned, &len)) return dsp_cli_fail("tokenize", "%s", dsp_last_error());
         text = owned;
     } else {
         len = strlen(text);
