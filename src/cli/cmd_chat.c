@@ -82,6 +82,8 @@ int dsp_cmd_chat(int argc, char **argv) {
     }
     dsp_model_params mp = dsp_model_default_params();
     mp.progress = isatty(2);
+    mp.quantize = dsp_cli_quantize;
+    mp.n_threads = cp.n_threads;
     dsp_model *m = NULL;
     dsp_engine *c = NULL;
     if (dsp_model_load(model, &mp, &m) || dsp_engine_create(m, &cp, &c)) {
@@ -89,6 +91,7 @@ int dsp_cmd_chat(int argc, char **argv) {
         dsp_engine_destroy(c), dsp_model_destroy(m);
         return rc;
     }
+    dsp_cli_sampling_defaults(m, &gp);
     const dsp_tokenizer *tok = dsp_model_tokenizer(m);
     json_t *msgs = json_array();
     if (system) dsp_cli_add_message(msgs, "system", system, strlen(system));

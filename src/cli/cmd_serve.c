@@ -17,9 +17,11 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dspark serve -m MODEL [options]\n\n"
             "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions (streaming\n"
-            "and not), GET /v1/models, GET /health. Omitted sampling fields take OpenAI's defaults\n"
-            "(temperature 1, top_p 1); send temperature 0 for greedy decoding.\n\n"
-            "  -m, --model PATH           GGUF model file\n"
+            "and not), GET /v1/models, GET /health. Omitted sampling fields take the model's\n"
+            "generation_config.json values, else OpenAI's defaults (temperature 1, top_p 1); the startup\n"
+            "log says which. Send temperature 0 for greedy decoding.\n\n"
+            "  -m, --model MODEL          GGUF file, Hugging Face directory, or repo id org/name[@rev] (HF cache)\n"
+            "      --quantize Q           quantize F32/F16/BF16 weights at load: q8_0 or q4_0\n"
             "      --host ADDR            address to listen on (default 127.0.0.1)\n"
             "      --port N               port (default 8000; 0 = any free port, printed at start)\n"
             "      --alias NAME           model name clients use (repeatable; default: the file's name)\n"
@@ -103,6 +105,7 @@ int dsp_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--timeout")) { NUM(1, 86400) cfg.idle_timeout_s = (int)x; }
         else if (!strcmp(a, "--shutdown-timeout")) { NUM(0, 86400) cfg.shutdown_timeout_s = x; }
         else if (!strcmp(a, "--chat-template")) cfg.chat_template = v;
+        else if (!strcmp(a, "--quantize")) cfg.quantize = v;
         else {
             fprintf(stderr, "dspark serve: unknown option '%s'\n\n", a);
             usage(stderr);

@@ -247,7 +247,17 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         if (!strcmp(url, "/health")) {
             if (!get) return dsp_srv_fail(&e, DSP_SRV_ERR_METHOD, NULL, "%s is not allowed on %s (use GET)", method, url), reply_error(mc, method, url, &e);
             bool draining = atomic_load(&s->draining);
-            return reply(mc, draining ? 503 : 200, draining ? "{\"status\":\"shutting down\"}" : "{\"status\":\"ok\"}", NULL, NULL);
+            pthread_mutex_lock(&s->q_mu);
+            dsp_engine_stats es = s->stats;
+            int queued = s->q_len;
+            pthread_mutex_unlock(&s->q_mu);
+            char body[512];
+            snprintf(body, sizeof body,
+                     "{\"status\":\"%s\",\"requests_running\":%u,\"requests_waiting\":%u,\"kv_blocks\":%u,\"kv_blocks_used\":%u,"
+                     "\"kv_blocks_cached\":%u,\"block_tokens\":%u,\"peak_batch\":%u}",
+                     draining ? "shutting down" : "ok", es.running, es.waiting + (unsigned)queued, es.kv_blocks, es.kv_blocks_used,
+                     es.kv_blocks_cached, es.block_tokens, es.peak_running);
+            return reply(mc, draining ? 503 : 200, body, NULL, NULL);
         }
         if (!is_models && route == ROUTE_NONE) {
             dsp_srv_fail(&e, DSP_SRV_ERR_ROUTE, NULL, "no route %s %.200s (this server has POST /v1/chat/completions, POST /v1/completions, "

@@ -167,6 +167,11 @@ static void *engine_main(void *arg) {
         size_t n_ev = 0;
         dsp_status st = dsp_engine_step(s->engine, &ev, &n_ev);
         if (st) fprintf(stderr, "dspark serve: engine: %s\n", dsp_last_error());
+        dsp_engine_stats es;
+        dsp_engine_get_stats(s->engine, &es);
+        pthread_mutex_lock(&s->q_mu);
+        s->stats = es;
+        pthread_mutex_unlock(&s->q_mu);
         for (size_t i = 0; i < n_ev; i++) {
             dsp_srv_req *r = ev[i].user;
             if (ev[i].type == DSP_EVENT_TOKEN) {

@@ -55,11 +55,23 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     fprintf(stderr, "dspark serve: loading %s ...\n", cfg->model_path);
     dsp_model_params mp = dsp_model_default_params();
     mp.progress = true;
+    mp.quantize = cfg->quantize;
+    mp.n_threads = cfg->cp.n_threads;
     dsp_status st = dsp_model_load(cfg->model_path, &mp, &s->model);
     if (st) {
         fprintf(stderr, "dspark serve: %s\n", dsp_last_error());
         return st;
     }
+    dsp_gen_defaults gd;
+    dsp_model_gen_defaults(s->model, &gd);
+    fprintf(stderr, "dspark serve: sampling defaults for requests that omit them: temperature %g, top_p %g (%s)",
+            gd.has & DSP_GEN_HAS_TEMPERATURE ? gd.temperature : 1.0, gd.has & DSP_GEN_HAS_TOP_P ? gd.top_p : 1.0,
+            gd.has & (DSP_GEN_HAS_TEMPERATURE | DSP_GEN_HAS_TOP_P) ? gd.source : "OpenAI's defaults");
+    if (gd.has & DSP_GEN_HAS_TOP_K) fprintf(stderr, ", top_k %d", (int)gd.top_k);
+    if (gd.has & DSP_GEN_HAS_MIN_P) fprintf(stderr, ", min_p %g", gd.min_p);
+    if (gd.has & DSP_GEN_HAS_REPETITION_PENALTY) fprintf(stderr, ", repetition_penalty %g", gd.repetition_penalty);
+    fprintf(stderr, "%s%s\n", gd.has & (DSP_GEN_HAS_TOP_K | DSP_GEN_HAS_MIN_P | DSP_GEN_HAS_REPETITION_PENALTY) ? " from " : "",
+            gd.has & (DSP_GEN_HAS_TOP_K | DSP_GEN_HAS_MIN_P | DSP_GEN_HAS_REPETITION_PENALTY) ? gd.source : "");
     s->tok = dsp_model_tokenizer(s->model);
     dsp_model_info info;
     dsp_model_get_info(s->model, &info);

@@ -36,6 +36,7 @@ typedef struct dsp_srv_config {
     const char *aliases[DSP_SRV_MAX_ALIASES];
     int n_aliases;
     const char *chat_template;   /* Jinja source overriding the model's (NULL = the model's) */
+    const char *quantize;        /* NULL, "q8_0" or "q4_0": quantize the weights at load */
     int32_t default_max_tokens;  /* when a request gives none (2048) */
     int32_t max_tokens_cap;      /* a request asking for more gets a 400 (32768) */
     int max_queue;               /* requests waiting (not running) at most; more get a 503 */
@@ -155,6 +156,7 @@ struct dsp_srv {
     dsp_srv_req *q_head, *q_tail; /* the inbox */
     int q_len;
     int n_inflight;              /* submitted to the engine, not yet done */
+    dsp_engine_stats stats;      /* the engine's, after its last round */
     bool q_stop;                 /* the engine thread exits when the queue is empty */
     atomic_bool draining;        /* refuse new requests (503) */
     atomic_bool hard_stop;       /* cancel whatever runs; fail whatever waits */

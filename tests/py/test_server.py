@@ -67,7 +67,7 @@ def finish_of(ref):
 
 def test_health_and_models(srv, client):
     with urllib.request.urlopen(srv.url + "/health") as r:
-        assert r.status == 200 and json.loads(r.read()) == {"status": "ok"}
+        assert r.status == 200 and json.loads(r.read())["status"] == "ok"
     models = client.models.list()
     ids = [m.id for m in models.data]
     assert ids == ["smol", "smol-2"]
