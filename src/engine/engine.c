@@ -677,8 +677,6 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
 
     /* lay out the batch: decode blocks first, then prefill chunks */
     int n = 0, n_logits = 0, n_seqs = 0;
-    int n_prefill = 0;
-    for (int i = 0; i < e->n_running; i++) n_prefill += e->running[i]->state == DSP_REQ_PREFILL;
     for (int i = 0; i < e->n_running; i++) {
         dsp_req *r = e->running[i];
         r->n_rows = 0;

@@ -13,7 +13,8 @@ import urllib.request
 BIN = os.environ.get("DSPARK_BIN", "build/release/dspark")
 MODELS = os.environ.get("DSP_MODELS", "models")
 MODEL = os.path.join(MODELS, "SmolLM2-135M-Instruct.Q4_1.gguf")
-SANITIZED = "asan" in BIN  # slower: tests keep generations short anyway
+# sanitizer builds (ASan, TSan: ctest sets DSP_SANITIZED) are slower: tests keep generations short
+SANITIZED = os.environ.get("DSP_SANITIZED") == "1" or "asan" in BIN
 
 
 class Server:
