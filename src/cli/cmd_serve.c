@@ -32,8 +32,11 @@ static void usage(FILE *f) {
             "      --cache-seqs N         conversations whose KV is kept for follow-up requests (default 4)\n"
             "      --max-queue N          requests waiting at most; more get a 503 (default 64)\n"
             "      --max-body BYTES       request body size limit; more gets a 413 (default 8 MiB)\n"
-            "      --max-connections N    open connections at most (default 256)\n"
-            "      --timeout SEC          close idle or stalled connections after SEC (default 60)\n"
+            "      --max-connections N    open connections at most (default 256); when full, the oldest\n"
+            "                             connection that has not sent a whole request is closed\n"
+            "      --max-connections-per-client N  from one address at most, by the same rule (default 32)\n"
+            "      --request-timeout SEC  a request's head and body must arrive within SEC (default 10)\n"
+            "      --timeout SEC          close a connection whose client stops reading after SEC (default 60)\n"
             "      --shutdown-timeout SEC on SIGINT/SIGTERM, let requests finish this long (default 10)\n"
             "      --chat-template F      use this Jinja template instead of the model's\n"
             "  -t, --threads N            compute threads (default: physical cores)\n"
@@ -97,6 +100,8 @@ int dsp_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-queue")) { NUM(1, 1 << 20) cfg.max_queue = (int)x; }
         else if (!strcmp(a, "--max-body")) { NUM(1024, 1LL << 32) cfg.max_body = (size_t)x; }
         else if (!strcmp(a, "--max-connections")) { NUM(1, 100000) cfg.max_connections = (int)x; }
+        else if (!strcmp(a, "--max-connections-per-client")) { NUM(1, 100000) cfg.max_connections_per_client = (int)x; }
+        else if (!strcmp(a, "--request-timeout")) { NUM(1, 3600) cfg.request_timeout_s = (int)x; }
         else if (!strcmp(a, "--timeout")) { NUM(1, 86400) cfg.idle_timeout_s = (int)x; }
         else if (!strcmp(a, "--shutdown-timeout")) { NUM(0, 86400) cfg.shutdown_timeout_s = x; }
         else if (!strcmp(a, "--chat-template")) cfg.chat_template = v;
@@ -132,8 +137,7 @@ int dsp_cmd_serve(int argc, char **argv) {
     sigwait(&set, &sig);
     fprintf(stderr, "dspark serve: %s: no new requests; waiting up to %.0f s for the ones in flight\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
             cfg.shutdown_timeout_s);
-    atomic_store(&s->draining, true);
-    dsp_srv_http_quiesce(s);
+    atomic_store(&s->draining, true); /* new requests get a 503 with Retry-After */
 
     /* wait for the queue to drain, in slices so that a second signal cancels at once */
     double waited = 0;

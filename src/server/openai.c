@@ -403,7 +403,7 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
 
     /* features this server does not have */
     long long nn = 1, best_of = 1;
-    if (!get_int(root, "n", 1, 1000000, &nn, NULL, e)) goto out;
+    if (!get_int(root, "n", INT64_MIN, INT64_MAX, &nn, NULL, e)) goto out;
     if (nn != 1) {
         dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "n", "'n' must be 1: this server generates one choice per request (got %lld)", nn);
         goto out;
@@ -465,15 +465,13 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
 
     /* length */
     long long mt = s->cfg.default_max_tokens, mct = 0;
-    if (!get_int(root, "max_tokens", 1, INT64_MAX, &mt, &have, e) || !get_int(root, "max_completion_tokens", 1, INT64_MAX, &mct, &have2, e))
-        goto out;
-    if (have2) mt = mct;
-    if (mt > s->cfg.max_tokens_cap) {
-        dsp_srv_fail(e, DSP_ERR_INVALID_ARG, have2 ? "max_completion_tokens" : "max_tokens",
-                     "'%s' is %lld, more than this server allows (%d, --max-tokens-cap)", have2 ? "max_completion_tokens" : "max_tokens", mt,
-                     s->cfg.max_tokens_cap);
+    if (!get_int(root, "max_tokens", 1, s->cfg.max_tokens_cap, &mt, &have, e) ||
+        !get_int(root, "max_completion_tokens", 1, s->cfg.max_tokens_cap, &mct, &have2, e)) {
+        if (strstr(e->message, "between")) /* a range error: say where the upper bound comes from */
+            snprintf(e->message + strlen(e->message), sizeof e->message - strlen(e->message), "; the upper bound is this server's --max-tokens-cap");
         goto out;
     }
+    if (have2) mt = mct;
     gp->max_tokens = (int32_t)mt;
 
     if (!parse_stop(root, r, e) || !parse_logit_bias(s, root, r, e)) goto out;
@@ -505,7 +503,7 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
             dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "echo", "'echo' together with 'logprobs' is not supported (prompt logprobs are not computed)");
             goto out;
         }
-        if (!get_int(root, "best_of", 1, 1000000, &best_of, NULL, e)) goto out;
+        if (!get_int(root, "best_of", INT64_MIN, INT64_MAX, &best_of, NULL, e)) goto out;
         if (best_of != 1) {
             dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "best_of", "'best_of' must be 1 on this server (got %lld)", best_of);
             goto out;
@@ -521,9 +519,9 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
     /* what the event queue needs at most: every decided token of this request */
     size_t room = s->n_ctx - r->n_prompt;
     r->max_events = ((size_t)gp->max_tokens < room ? (size_t)gp->max_tokens : room) + DSP_MAX_DRAFT + 2;
-    r->toks = malloc(r->max_events * sizeof *r->toks);
-    if (gp->logprobs > 0) r->top = malloc(r->max_events * (size_t)gp->logprobs * sizeof *r->top);
-    if (!r->toks || (gp->logprobs > 0 && !r->top)) {
+    r->out.toks = malloc(r->max_events * sizeof *r->out.toks);
+    if (gp->logprobs > 0) r->out.top = malloc(r->max_events * (size_t)gp->logprobs * sizeof *r->out.top);
+    if (!r->out.toks || (gp->logprobs > 0 && !r->out.top)) {
         dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
         goto out;
     }
@@ -567,32 +565,32 @@ static json_t *chat_lp_entry(dsp_srv *s, int32_t id, float lp, bool with_top, co
 }
 
 /* tokens [from, to) whose text is visible: a final end-of-generation token is not */
-static size_t visible_end(dsp_srv *s, const dsp_srv_req *r, bool final) {
-    size_t n = r->n_toks;
-    if (final && n > 0 && r->res.finish == DSP_FINISH_STOP) {
-        const dsp_srv_tok *t = &r->toks[n - 1];
-        uint32_t prev = n > 1 ? r->toks[n - 2].text_end : 0;
+static size_t visible_end(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o) {
+    size_t n = o->n_toks;
+    if (o->done && n > 0 && o->res.finish == DSP_FINISH_STOP) {
+        const dsp_srv_tok *t = &o->toks[n - 1];
+        uint32_t prev = n > 1 ? o->toks[n - 2].text_end : 0;
         if (t->text_end == prev && dsp_tokenizer_is_special(s->tok, t->id) && !r->gp.ignore_eos) n--;
     }
     return n;
 }
 
 /* logprobs object for tokens [from, to); text_base: characters before text offset of token from */
-static json_t *logprobs_json(dsp_srv *s, const dsp_srv_req *r, size_t from, size_t to) {
+static json_t *logprobs_json(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, size_t from, size_t to) {
     if (r->kind == DSP_SRV_CHAT) {
         json_t *content = json_array();
         for (size_t i = from; i < to; i++) {
-            const dsp_srv_tok *t = &r->toks[i];
-            json_array_append_new(content, chat_lp_entry(s, t->id, t->logprob, true, r->top ? r->top + t->top_off : NULL, t->n_top));
+            const dsp_srv_tok *t = &o->toks[i];
+            json_array_append_new(content, chat_lp_entry(s, t->id, t->logprob, true, o->top ? o->top + t->top_off : NULL, t->n_top));
         }
         return json_pack("{s:o, s:n}", "content", content, "refusal");
     }
     json_t *tokens = json_array(), *tlp = json_array(), *tops = json_array(), *offs = json_array();
     size_t base = r->echo_text ? u8_chars(r->echo_text, r->echo_len) : 0;
-    uint32_t prev_end = from > 0 ? r->toks[from - 1].text_end : 0;
-    size_t chars = base + u8_chars(r->text ? r->text : "", prev_end);
+    uint32_t prev_end = from > 0 ? o->toks[from - 1].text_end : 0;
+    size_t chars = base + u8_chars(o->text ? o->text : "", prev_end);
     for (size_t i = from; i < to; i++) {
-        const dsp_srv_tok *t = &r->toks[i];
+        const dsp_srv_tok *t = &o->toks[i];
         size_t n;
         char *p = piece(s, t->id, &n);
         json_array_append_new(tokens, jstr_lossy(p ? p : "", n));
@@ -600,7 +598,7 @@ static json_t *logprobs_json(dsp_srv *s, const dsp_srv_req *r, size_t from, size
         json_array_append_new(tlp, jlogprob(t->logprob));
         json_t *d = json_object();
         for (int32_t k = 0; k < t->n_top; k++) {
-            const dsp_token_logprob *tl = &r->top[t->top_off + (uint32_t)k];
+            const dsp_token_logprob *tl = &o->top[t->top_off + (uint32_t)k];
             char *q = piece(s, tl->token, &n);
             json_t *key = jstr_lossy(q ? q : "", n);
             json_object_setn_new(d, json_string_value(key), json_string_length(key), jlogprob(tl->logprob));
@@ -614,19 +612,19 @@ static json_t *logprobs_json(dsp_srv *s, const dsp_srv_req *r, size_t from, size
         free(p);
         json_array_append_new(tops, d);
         json_array_append_new(offs, json_integer((json_int_t)chars));
-        chars += u8_chars(r->text + prev_end, t->text_end - prev_end);
+        chars += u8_chars(o->text + prev_end, t->text_end - prev_end);
         prev_end = t->text_end;
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", tlp, "top_logprobs", tops, "text_offset", offs);
 }
 
-static json_t *usage_json(const dsp_srv_req *r) {
-    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)r->res.n_prompt, "completion_tokens",
-                     (json_int_t)r->res.n_generated, "total_tokens", (json_int_t)(r->res.n_prompt + r->res.n_generated),
-                     "prompt_tokens_details", "cached_tokens", (json_int_t)r->res.n_cached);
+static json_t *usage_json(const dsp_srv_out *o) {
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)o->res.n_prompt, "completion_tokens",
+                     (json_int_t)o->res.n_generated, "total_tokens", (json_int_t)(o->res.n_prompt + o->res.n_generated),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)o->res.n_cached);
 }
 
-static const char *finish_reason(const dsp_srv_req *r) { return r->res.finish == DSP_FINISH_LENGTH ? "length" : "stop"; }
+static const char *finish_reason(const dsp_srv_out *o) { return o->res.finish == DSP_FINISH_LENGTH ? "length" : "stop"; }
 
 static json_t *envelope(dsp_srv *s, const dsp_srv_req *r, const char *object) {
     return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", r->id, "object", object, "created", (json_int_t)r->created, "model", s->model_id,
@@ -634,27 +632,28 @@ static json_t *envelope(dsp_srv *s, const dsp_srv_req *r, const char *object) {
 }
 
 char *dsp_srv_response_json(dsp_srv *s, dsp_srv_req *r) {
-    size_t vis = visible_end(s, r, true);
+    const dsp_srv_out *o = &r->out; /* done: the engine writes no more */
+    size_t vis = visible_end(s, r, o);
     json_t *root = envelope(s, r, r->kind == DSP_SRV_CHAT ? "chat.completion" : "text_completion");
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
     if (r->kind == DSP_SRV_CHAT) {
         json_object_set_new(choice, "message",
-                            json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", jstr_lossy(r->text ? r->text : "", r->n_text), "refusal"));
+                            json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", jstr_lossy(o->text ? o->text : "", o->n_text), "refusal"));
     } else {
-        size_t n = r->echo_len + r->n_text;
+        size_t n = r->echo_len + o->n_text;
         char *t = malloc(n + 1);
         if (t) {
             if (r->echo_len) memcpy(t, r->echo_text, r->echo_len);
-            if (r->n_text) memcpy(t + r->echo_len, r->text, r->n_text);
+            if (o->n_text) memcpy(t + r->echo_len, o->text, o->n_text);
         }
         json_object_set_new(choice, "text", jstr_lossy(t ? t : "", t ? n : 0));
         free(t);
     }
-    json_object_set_new(choice, "logprobs", r->want_logprobs ? logprobs_json(s, r, 0, vis) : json_null());
-    json_object_set_new(choice, "finish_reason", json_string(finish_reason(r)));
+    json_object_set_new(choice, "logprobs", r->want_logprobs ? logprobs_json(s, r, o, 0, vis) : json_null());
+    json_object_set_new(choice, "finish_reason", json_string(finish_reason(o)));
     json_object_set_new(root, "choices", json_pack("[o]", choice));
-    json_object_set_new(root, "usage", usage_json(r));
+    json_object_set_new(root, "usage", usage_json(o));
     char *out = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(root);
     return out;
@@ -698,7 +697,7 @@ static void sb_event(sbuf *b, json_t *obj) {
 }
 
 /* one chunk: text (may be empty), logprobs for tokens [from, to) when asked, finish reason or null */
-static json_t *chunk(dsp_srv *s, const dsp_srv_req *r, const char *text, size_t n, bool role, size_t from, size_t to, const char *fin) {
+static json_t *chunk(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, const char *text, size_t n, bool role, size_t from, size_t to, const char *fin) {
     bool chat = r->kind == DSP_SRV_CHAT;
     json_t *root = envelope(s, r, chat ? "chat.completion.chunk" : "text_completion");
     json_t *c = json_object();
@@ -711,35 +710,37 @@ static json_t *chunk(dsp_srv *s, const dsp_srv_req *r, const char *text, size_t 
     } else {
         json_object_set_new(c, "text", jstr_lossy(text, n));
     }
-    json_object_set_new(c, "logprobs", r->want_logprobs && to > from ? logprobs_json(s, r, from, to) : json_null());
+    json_object_set_new(c, "logprobs", r->want_logprobs && to > from ? logprobs_json(s, r, o, from, to) : json_null());
     json_object_set_new(c, "finish_reason", fin ? json_string(fin) : json_null());
     json_object_set_new(root, "choices", json_pack("[o]", c));
     if (r->include_usage) json_object_set_new(root, "usage", json_null());
     return root;
 }
 
-char *dsp_srv_stream_events(dsp_srv *s, dsp_srv_req *r, size_t *tok_from, size_t *text_from, bool *started, bool final, size_t *len) {
+char *dsp_srv_stream_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, size_t *tok_from, size_t *text_from, bool *started,
+                            size_t *len) {
+    bool final = o->done;
     sbuf b = {0};
     if (!*started) {
         *started = true;
-        if (r->kind == DSP_SRV_CHAT) sb_event(&b, chunk(s, r, "", 0, true, 0, 0, NULL));
-        else if (r->echo_len) sb_event(&b, chunk(s, r, r->echo_text, r->echo_len, false, 0, 0, NULL));
+        if (r->kind == DSP_SRV_CHAT) sb_event(&b, chunk(s, r, o, "", 0, true, 0, 0, NULL));
+        else if (r->echo_len) sb_event(&b, chunk(s, r, o, r->echo_text, r->echo_len, false, 0, 0, NULL));
     }
     if (!final) {
-        if (r->n_text > *text_from) {
+        if (o->n_text > *text_from) {
             /* tokens up to the last one that produced text; later ones wait for their text */
-            size_t k = r->n_toks;
-            while (k > *tok_from && r->toks[k - 1].text_end == (k > 1 ? r->toks[k - 2].text_end : 0)) k--;
-            sb_event(&b, chunk(s, r, r->text + *text_from, r->n_text - *text_from, false, *tok_from, k, NULL));
-            *text_from = r->n_text;
+            size_t k = o->n_toks;
+            while (k > *tok_from && o->toks[k - 1].text_end == (k > 1 ? o->toks[k - 2].text_end : 0)) k--;
+            sb_event(&b, chunk(s, r, o, o->text + *text_from, o->n_text - *text_from, false, *tok_from, k, NULL));
+            *text_from = o->n_text;
             *tok_from = k;
         }
     } else {
-        size_t vis = visible_end(s, r, true);
-        if (r->status != DSP_OK || r->res.finish == DSP_FINISH_CANCELLED) {
+        size_t vis = visible_end(s, r, o);
+        if (o->status != DSP_OK || o->res.finish == DSP_FINISH_CANCELLED) {
             dsp_srv_error e;
-            if (r->status == DSP_OK || r->status == DSP_ERR_CANCELLED) dsp_srv_fail(&e, DSP_ERR_BUSY, NULL, "the server is shutting down");
-            else dsp_srv_fail(&e, r->status, NULL, "%s", r->error);
+            if (o->status == DSP_OK || o->status == DSP_ERR_CANCELLED) dsp_srv_fail(&e, DSP_ERR_BUSY, NULL, "the server is shutting down");
+            else dsp_srv_fail(&e, o->status, NULL, "%s", o->error);
             char *js = dsp_srv_error_json(&e);
             if (js) {
                 sb_add(&b, "data: ", 6);
@@ -748,18 +749,18 @@ char *dsp_srv_stream_events(dsp_srv *s, dsp_srv_req *r, size_t *tok_from, size_t
                 free(js);
             }
         } else {
-            if (r->n_text > *text_from || vis > *tok_from)
-                sb_event(&b, chunk(s, r, r->text ? r->text + *text_from : "", r->n_text - *text_from, false, *tok_from, vis, NULL));
-            sb_event(&b, chunk(s, r, "", 0, false, 0, 0, finish_reason(r)));
+            if (o->n_text > *text_from || vis > *tok_from)
+                sb_event(&b, chunk(s, r, o, o->text ? o->text + *text_from : "", o->n_text - *text_from, false, *tok_from, vis, NULL));
+            sb_event(&b, chunk(s, r, o, "", 0, false, 0, 0, finish_reason(o)));
             if (r->include_usage) {
                 json_t *u = envelope(s, r, r->kind == DSP_SRV_CHAT ? "chat.completion.chunk" : "text_completion");
                 json_object_set_new(u, "choices", json_array());
-                json_object_set_new(u, "usage", usage_json(r));
+                json_object_set_new(u, "usage", usage_json(o));
                 sb_event(&b, u);
             }
         }
-        *text_from = r->n_text;
-        *tok_from = r->n_toks;
+        *text_from = o->n_text;
+        *tok_from = o->n_toks;
         sb_add(&b, "data: [DONE]\n\n", 14);
     }
     if (b.oom) {

@@ -56,10 +56,37 @@ void dsp_srv_req_release(dsp_srv_req *r) {
     free(r->echo_text);
     for (int i = 0; i < DSP_MAX_STOP; i++) free(r->stops[i]);
     free(r->bias);
-    free(r->text);
-    free(r->toks);
-    free(r->top);
+    free(r->out.text);
+    free(r->out.toks);
+    free(r->out.top);
     free(r);
+}
+
+bool dsp_srv_out_sync(dsp_srv_out *m, const dsp_srv_out *o) {
+    if (o->n_text > m->n_text) {
+        if (o->n_text > m->cap_text) {
+            size_t nc = o->n_text * 2 + 256;
+            char *nt = realloc(m->text, nc);
+            if (!nt) return false;
+            m->text = nt, m->cap_text = nc;
+        }
+        memcpy(m->text + m->n_text, o->text + m->n_text, o->n_text - m->n_text);
+        m->n_text = o->n_text;
+    }
+    m->toks = o->toks, m->n_toks = o->n_toks;
+    m->top = o->top, m->n_top_used = o->n_top_used;
+    if (o->done && !m->done) {
+        m->status = o->status;
+        memcpy(m->error, o->error, sizeof m->error);
+        m->res = o->res;
+        m->done = true;
+    }
+    return true;
+}
+
+void dsp_srv_out_mirror_free(dsp_srv_out *m) {
+    free(m->text);
+    m->text = NULL;
 }
 
 /* ---- the engine thread ------------------------------------------------------------------------- */
@@ -78,28 +105,28 @@ static bool on_token(const dsp_token_event *ev, void *user) {
     bool ok = true;
     pthread_mutex_lock(&r->mu);
     if (ev->text_len) {
-        if (r->n_text + ev->text_len > r->cap_text) {
-            size_t nc = (r->n_text + ev->text_len) * 2 + 256;
-            char *nt = realloc(r->text, nc);
-            if (nt) r->text = nt, r->cap_text = nc;
+        if (r->out.n_text + ev->text_len > r->out.cap_text) {
+            size_t nc = (r->out.n_text + ev->text_len) * 2 + 256;
+            char *nt = realloc(r->out.text, nc);
+            if (nt) r->out.text = nt, r->out.cap_text = nc;
             else ok = false; /* out of memory: end this request, not the server */
         }
         if (ok) {
-            memcpy(r->text + r->n_text, ev->text, ev->text_len);
-            r->n_text += ev->text_len;
+            memcpy(r->out.text + r->out.n_text, ev->text, ev->text_len);
+            r->out.n_text += ev->text_len;
         }
     }
-    if (ok && r->n_toks < r->max_events) {
-        dsp_srv_tok *t = &r->toks[r->n_toks++];
+    if (ok && r->out.n_toks < r->max_events) {
+        dsp_srv_tok *t = &r->out.toks[r->out.n_toks++];
         t->id = ev->token;
-        t->text_end = (uint32_t)r->n_text;
+        t->text_end = (uint32_t)r->out.n_text;
         t->logprob = ev->chosen.logprob;
-        t->top_off = (uint32_t)r->n_top_used;
+        t->top_off = (uint32_t)r->out.n_top_used;
         t->n_top = 0;
-        if (r->top && r->gp.logprobs > 0) {
+        if (r->out.top && r->gp.logprobs > 0) {
             int32_t n = ev->n_top < r->gp.logprobs ? ev->n_top : r->gp.logprobs;
-            memcpy(r->top + r->n_top_used, ev->top, (size_t)n * sizeof *ev->top);
-            r->n_top_used += (size_t)n;
+            memcpy(r->out.top + r->out.n_top_used, ev->top, (size_t)n * sizeof *ev->top);
+            r->out.n_top_used += (size_t)n;
             t->n_top = n;
         }
     }
@@ -130,9 +157,10 @@ static dsp_srv_slot *pick_slot(dsp_srv *s, const dsp_srv_req *r) {
 
 static void finish(dsp_srv_req *r, dsp_status st, const char *msg, const dsp_gen_result *res) {
     pthread_mutex_lock(&r->mu);
-    r->status = st;
-    if (msg) snprintf(r->error, sizeof r->error, "%s", msg);
-    if (res) r->res = *res;
+    r->out.status = st;
+    if (msg) snprintf(r->out.error, sizeof r->out.error, "%s", msg);
+    if (res) r->out.res = *res;
+    r->out.done = true;
     r->t_done = dsp_srv_now_ms();
     r->state = DSP_SRV_DONE;
     pthread_cond_broadcast(&r->cv);
@@ -165,7 +193,7 @@ static void run_one(dsp_srv *s, dsp_srv_req *r) {
         snprintf(spec, sizeof spec, " accepted %zu/%zu drafted, %.2f tok/round", res.n_accepted, res.n_drafted,
                  (double)res.n_generated / (double)res.n_rounds);
     if (st)
-        fprintf(stderr, "dspark serve: %s failed: %s: %s\n", r->id, dsp_status_to_string(st), r->error);
+        fprintf(stderr, "dspark serve: %s failed: %s: %s\n", r->id, dsp_status_to_string(st), r->out.error);
     else
         fprintf(stderr,
                 "dspark serve: %s %s%s: %zu prompt (%zu cached) + %zu completion tokens, %s, queued %.0f ms, "

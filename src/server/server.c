@@ -18,6 +18,8 @@ void dsp_srv_config_default(dsp_srv_config *c) {
     c->max_queue = 64;
     c->max_body = (size_t)8 << 20;
     c->idle_timeout_s = 60;
+    c->request_timeout_s = 10;
+    c->max_connections_per_client = 32;
     c->shutdown_timeout_s = 10;
     c->cache_seqs = 4;
     c->max_connections = 256;

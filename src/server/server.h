@@ -1,7 +1,11 @@
 /* server/server: `dspark serve`, an OpenAI-compatible HTTP server (DESIGN.md §7).
  *
  * Threads:
- *   - libmicrohttpd runs one thread per connection. A connection thread reads the body (bounded by
+ *   - The front door (door.c) accepts every connection and waits, in one thread for all of them,
+ *     until a connection has sent a whole request head (or its --request-timeout passes); it
+ *     answers bad heads, /health and everything while draining itself, and hands the rest to
+ *     libmicrohttpd.
+ *   - libmicrohttpd runs one thread per connection handed to it. A connection thread reads the body (bounded by
  *     --max-body), parses and validates the OpenAI request (openai.c), renders the chat template
  *     and tokenizes the prompt, then enqueues a dsp_srv_req and waits on that request's own event
  *     queue (streaming: in the response's content-reader callback; non-streaming: in the access
@@ -44,10 +48,12 @@ typedef struct dsp_srv_config {
     int32_t max_tokens_cap;      /* a request asking for more gets a 400 (32768) */
     int max_queue;               /* requests waiting (not running) at most; more get a 503 */
     size_t max_body;             /* request body bytes at most; more get a 413 */
-    int idle_timeout_s;          /* an idle or stalled connection is closed after this */
+    int idle_timeout_s;          /* a connection whose reply stalls (client not reading) is closed after this */
+    int request_timeout_s;       /* a request's head and body must arrive within this */
     double shutdown_timeout_s;   /* on SIGINT/SIGTERM in-flight requests get this long to finish */
     int cache_seqs;              /* sequences kept for KV reuse across requests */
-    int max_connections;
+    int max_connections;         /* open at most (waiting for a request + being served) */
+    int max_connections_per_client; /* from one address at most */
     dsp_spec_mode mode;          /* speculation default for every request */
     int32_t max_draft;           /* 0 = the library's default */
     dsp_ctx_params cp;
@@ -66,6 +72,12 @@ enum {
     DSP_SRV_ERR_TOO_LARGE,       /* 413 */
     DSP_SRV_ERR_CONTEXT,         /* 400 the prompt does not fit the context */
     DSP_SRV_ERR_JSON,            /* 400 the body is not JSON */
+    DSP_SRV_ERR_HTTP,            /* 400 malformed HTTP (request line, headers, Content-Length) */
+    DSP_SRV_ERR_TIMEOUT,         /* 408 the request did not arrive in time */
+    DSP_SRV_ERR_URI_TOO_LONG,    /* 414 */
+    DSP_SRV_ERR_TOO_MANY,        /* 429 too many connections from one client */
+    DSP_SRV_ERR_HEADERS_TOO_LARGE, /* 431 */
+    DSP_SRV_ERR_HTTP_VERSION,    /* 505 */
 };
 
 typedef struct dsp_srv_error {
@@ -95,6 +107,23 @@ typedef struct dsp_srv_tok {
     int32_t n_top;
 } dsp_srv_tok;
 
+/* What a request produced: written by the engine thread under the request's mutex; read by the
+ * connection thread from a copy (a stream's mirror, dsp_srv_out_sync) so that no JSON is built
+ * while the engine waits for the mutex. toks and top are allocated once (max_events) and their
+ * entries below n_toks never change again, so a copy shares them. */
+typedef struct dsp_srv_out {
+    char *text;                  /* generated text so far (n_text bytes) */
+    size_t n_text, cap_text;
+    dsp_srv_tok *toks;           /* (max_events) */
+    size_t n_toks;
+    dsp_token_logprob *top;      /* (max_events * top_n) when logprobs were asked */
+    size_t n_top_used;
+    bool done;                   /* the fields below are final */
+    dsp_status status;           /* of the generation, when done */
+    char error[512];
+    dsp_gen_result res;
+} dsp_srv_out;
+
 typedef struct dsp_srv_req {
     /* set by the connection thread before enqueueing, read-only afterwards */
     char id[48];
@@ -115,15 +144,7 @@ typedef struct dsp_srv_req {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     dsp_srv_state state;
-    char *text;                  /* generated text so far (n_text bytes) */
-    size_t n_text, cap_text;
-    dsp_srv_tok *toks;           /* (max_events) */
-    size_t n_toks;
-    dsp_token_logprob *top;      /* (max_events * top_n) when logprobs were asked */
-    size_t n_top_used;
-    dsp_status status;           /* of dsp_generate, when DONE */
-    char error[512];
-    dsp_gen_result res;
+    dsp_srv_out out;             /* what the engine produced so far */
     double t_enqueued, t_started, t_first, t_done; /* ms, monotonic */
     int refs;
     atomic_bool cancel;          /* set by the connection (client gone) */
@@ -132,6 +153,11 @@ typedef struct dsp_srv_req {
 } dsp_srv_req;
 
 dsp_srv_req *dsp_srv_req_create(void);
+/* Bring mirror m up to date with r->out: the caller holds r->mu; new text is copied into m's own
+ * buffer (a memcpy of what is new: the lock is held that long only), toks/top are shared. false
+ * when out of memory. dsp_srv_out_mirror_free frees what the mirror owns. */
+bool dsp_srv_out_sync(dsp_srv_out *m, const dsp_srv_out *o);
+void dsp_srv_out_mirror_free(dsp_srv_out *m);
 /* Drop a reference; frees on the last. */
 void dsp_srv_req_release(dsp_srv_req *r);
 
@@ -172,6 +198,7 @@ struct dsp_srv {
     uint64_t slot_clock;
 
     struct MHD_Daemon *daemon;
+    struct dsp_srv_door *door;   /* accepts connections and screens request heads (door.c) */
     atomic_int n_active;         /* generation requests whose reply is not yet sent */
     int port;                    /* the bound port */
 };
@@ -192,18 +219,29 @@ void dsp_srv_sched_stop(dsp_srv *s);
 bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size_t len, dsp_srv_req *r, dsp_srv_error *e);
 /* The non-streaming response body (malloc'd), from a DONE request. */
 char *dsp_srv_response_json(dsp_srv *s, dsp_srv_req *r);
-/* Streaming: the SSE events for tokens [*tok_from, ...) and text [*text_from, ...) that are ready
- * (under r->mu), advancing the cursors. final: the request is DONE; adds the finish chunk, the
- * usage chunk when asked, and "data: [DONE]". Returns malloc'd bytes or NULL if nothing is ready. */
-char *dsp_srv_stream_events(dsp_srv *s, dsp_srv_req *r, size_t *tok_from, size_t *text_from, bool *started, bool final,
+/* Streaming: the SSE events for tokens [*tok_from, ...) and text [*text_from, ...) of o (a mirror
+ * made by dsp_srv_out_sync; no lock is held), advancing the cursors. When o->done, adds the finish
+ * chunk, the usage chunk when asked, and "data: [DONE]". Returns malloc'd bytes or NULL if nothing
+ * is ready. */
+char *dsp_srv_stream_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, size_t *tok_from, size_t *text_from, bool *started,
                             size_t *len);
 char *dsp_srv_models_json(dsp_srv *s, const char *only);
 bool dsp_srv_model_known(dsp_srv *s, const char *name);
 
+/* ---- the front door (door.c): accept, connection limits, request-head deadline and checks ---- */
+
+struct sockaddr;
+dsp_status dsp_srv_door_start(dsp_srv *s, const struct sockaddr *addr, unsigned addrlen); /* sets s->port */
+void dsp_srv_door_stop(dsp_srv *s);      /* stop accepting; close connections not handed over */
+void dsp_srv_door_destroy(dsp_srv *s);
+void dsp_srv_door_closed(dsp_srv *s, int fd); /* libmicrohttpd closed a connection handed to it */
+int dsp_srv_door_open(dsp_srv *s);       /* connections open now */
+/* Write a whole error response (with "Connection: close") straight to a socket, logging it. */
+void dsp_srv_send_error_fd(int fd, const dsp_srv_error *e, const char *what);
+
 /* ---- HTTP (http.c) and lifecycle (server.c) ---------------------------------------------------- */
 
 dsp_status dsp_srv_http_start(dsp_srv *s);
-void dsp_srv_http_quiesce(dsp_srv *s);  /* stop accepting connections */
 /* Wait (at most timeout_s) until every generation reply has been sent. */
 void dsp_srv_http_flush(dsp_srv *s, double timeout_s);
 void dsp_srv_http_stop(dsp_srv *s);     /* close everything; connection threads joined */
