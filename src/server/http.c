@@ -32,7 +32,39 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { ROUTE_NONE = 0, ROUTE_CHAT, ROUTE_COMPLETIONS };
+/* Routes. POST routes read a body; the Anthropic ones answer errors in Anthropic's shape. */
+enum { ROUTE_NONE = 0, ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS, ROUTE_RESPONSES, ROUTE_MODELS, ROUTE_METRICS, ROUTE_PAGE };
+
+typedef struct route_def {
+    const char *path;
+    int route;
+    bool post;
+    bool prefix;           /* path/... too */
+} route_def;
+
+static const route_def k_routes[] = {
+    {"/v1/chat/completions", ROUTE_CHAT, true, false},
+    {"/v1/completions", ROUTE_COMPLETIONS, true, false},
+    {"/v1/messages", ROUTE_MESSAGES, true, false},
+    {"/v1/messages/count_tokens", ROUTE_COUNT_TOKENS, true, false},
+    {"/v1/responses", ROUTE_RESPONSES, true, false},
+    {"/v1/models", ROUTE_MODELS, false, true},
+    {"/metrics", ROUTE_METRICS, false, false},
+    {"/", ROUTE_PAGE, false, false},
+};
+
+static const route_def *find_route(const char *url) {
+    size_t n = strlen(url);
+    while (n > 1 && url[n - 1] == '/') n--; /* a trailing slash is the same route */
+    for (size_t i = 0; i < sizeof k_routes / sizeof k_routes[0]; i++) {
+        size_t k = strlen(k_routes[i].path);
+        if (n == k && !strncmp(url, k_routes[i].path, k)) return &k_routes[i];
+        if (k_routes[i].prefix && n > k + 1 && !strncmp(url, k_routes[i].path, k) && url[k] == '/') return &k_routes[i];
+    }
+    return NULL;
+}
+
+static bool anthropic_route(int route) { return route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS; }
 
 typedef struct conn {
     dsp_srv *s;
@@ -54,8 +86,8 @@ typedef struct sse {
     char *pending;         /* bytes produced but not yet handed to MHD */
     size_t n_pending, off;
     dsp_srv_out m;         /* mirror of r->out, read without the lock */
-    size_t tok_from, text_from;
-    bool started, finished;
+    dsp_srv_cursor cur;
+    bool finished;
     double t_sent;         /* ms: when bytes were last produced (keep-alive comments) */
 } sse;
 
@@ -74,21 +106,50 @@ static enum MHD_Result reply(struct MHD_Connection *mc, unsigned code, const cha
     return ret;
 }
 
+static enum MHD_Result reply_text(struct MHD_Connection *mc, char *txt, const char *type) {
+    if (!txt) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(txt);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", type);
+    MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result reply_page(struct MHD_Connection *mc) {
+    size_t n = 0;
+    const char *page = dsp_srv_page(&n);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)page, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(resp, "Connection", "close");
+    MHD_add_response_header(resp, "Content-Security-Policy", "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'");
+    enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result reply_json(struct MHD_Connection *mc, unsigned code, char *json) {
     enum MHD_Result ret = json ? reply(mc, code, json, NULL, NULL) : MHD_NO;
     free(json);
     return ret;
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *mc, const char *method, const char *url, const dsp_srv_error *e) {
+static enum MHD_Result reply_error(dsp_srv *s, struct MHD_Connection *mc, const char *method, const char *url, const dsp_srv_error *e) {
     int code = dsp_srv_error_http(e->kind);
     fprintf(stderr, "dspark serve: %s %.200s -> %d: %s\n", method, url, code, e->message);
-    char *js = dsp_srv_error_json(e);
+    const route_def *rd = find_route(url);
+    dsp_srv_metrics_request(s, rd ? rd->route : ROUTE_NONE, code);
+    char *js = rd && anthropic_route(rd->route) ? dsp_srv_anthropic_error_json(e) : dsp_srv_error_json(e);
     if (!js) return MHD_NO;
     const char *hdr = NULL, *val = NULL;
     if (code == 401) hdr = "WWW-Authenticate", val = "Bearer";
     if (code == 503) hdr = "Retry-After", val = "5";
-    if (code == 405) hdr = "Allow", val = strcmp(url, "/v1/models") && strcmp(url, "/health") && strncmp(url, "/v1/models/", 11) ? "POST" : "GET";
+    if (code == 405) hdr = "Allow", val = rd && rd->post ? "POST" : "GET";
     enum MHD_Result ret = reply(mc, (unsigned)code, js, hdr, val);
     free(js);
     return ret;
@@ -152,7 +213,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         pthread_mutex_unlock(&r->mu);
         if (!ok) break; /* out of memory */
         size_t len = 0;
-        char *ev = dsp_srv_stream_events(st->s, r, &st->m, &st->tok_from, &st->text_from, &st->started, &len);
+        char *ev = dsp_srv_stream_events(st->s, r, &st->m, &st->cur, &len);
         if (ev) {
             st->finished = st->m.done;
             return sse_emit(st, ev, len, buf, max);
@@ -190,14 +251,27 @@ static enum MHD_Result run_generation(conn *c, struct MHD_Connection *mc, const 
     dsp_srv_req *r = dsp_srv_req_create();
     if (!r) {
         dsp_srv_fail(&e, DSP_ERR_NOMEM, NULL, "out of memory");
-        return reply_error(mc, method, url, &e);
+        return reply_error(s, mc, method, url, &e);
     }
-    bool ok = dsp_srv_parse_request(s, c->route == ROUTE_CHAT ? DSP_SRV_CHAT : DSP_SRV_COMPLETION, c->body ? c->body : "", c->n_body, r, &e);
+    const char *body = c->body ? c->body : "";
+    bool ok;
+    switch (c->route) {
+    case ROUTE_MESSAGES: ok = dsp_srv_parse_messages(s, body, c->n_body, false, r, &e); break;
+    case ROUTE_COUNT_TOKENS: ok = dsp_srv_parse_messages(s, body, c->n_body, true, r, &e); break;
+    case ROUTE_RESPONSES: ok = dsp_srv_parse_responses(s, body, c->n_body, r, &e); break;
+    default: ok = dsp_srv_parse_request(s, c->route == ROUTE_CHAT ? DSP_SRV_CHAT : DSP_SRV_COMPLETION, body, c->n_body, r, &e); break;
+    }
     free(c->body);
     c->body = NULL, c->n_body = c->cap_body = 0;
+    if (ok && r->count_only) { /* count_tokens: nothing to generate */
+        enum MHD_Result ret = reply_json(mc, MHD_HTTP_OK, dsp_srv_anthropic_response(s, r));
+        dsp_srv_metrics_request(s, c->route, 200);
+        dsp_srv_req_release(r);
+        return ret;
+    }
     if (!ok || dsp_srv_sched_submit(s, r, &e)) {
         dsp_srv_req_release(r);
-        return reply_error(mc, method, url, &e);
+        return reply_error(s, mc, method, url, &e);
     }
     if (r->stream) {
         sse *st = calloc(1, sizeof *st);
@@ -217,6 +291,7 @@ static enum MHD_Result run_generation(conn *c, struct MHD_Connection *mc, const 
         set_timeout(mc, 0);
         enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp); /* sse_free runs when MHD is done with it */
+        dsp_srv_metrics_request(s, c->route, 200);
         return ret;
     }
     /* non-streaming: wait here, watching the socket */
@@ -238,18 +313,25 @@ static enum MHD_Result run_generation(conn *c, struct MHD_Connection *mc, const 
     const dsp_srv_out *o = &r->out; /* done: the engine writes no more */
     if (o->status != DSP_OK || o->res.finish == DSP_FINISH_CANCELLED) {
         if (o->status == DSP_OK || o->status == DSP_ERR_CANCELLED) dsp_srv_fail(&e, DSP_ERR_BUSY, NULL, "the server is shutting down");
-        else dsp_srv_fail(&e, o->status, o->status == DSP_ERR_RANGE ? (r->kind == DSP_SRV_CHAT ? "messages" : "prompt") : NULL, "%s", o->error);
-        return reply_error(mc, method, url, &e);
+        else dsp_srv_fail(&e, o->status, o->status == DSP_ERR_RANGE ? (r->kind == DSP_SRV_COMPLETION ? "prompt" : "messages") : NULL, "%s", o->error);
+        return reply_error(s, mc, method, url, &e);
     }
-    return reply_json(mc, MHD_HTTP_OK, dsp_srv_response_json(s, r));
+    char *js = r->kind == DSP_SRV_MESSAGES ? dsp_srv_anthropic_response(s, r) : r->kind == DSP_SRV_RESPONSES ? dsp_srv_responses_response(s, r)
+                                                                                                              : dsp_srv_response_json(s, r);
+    dsp_srv_metrics_request(s, c->route, 200);
+    return reply_json(mc, MHD_HTTP_OK, js);
 }
 
+/* Authorization: Bearer KEY (OpenAI) or x-api-key: KEY (Anthropic) */
 static bool authorized(dsp_srv *s, struct MHD_Connection *mc) {
     if (!s->cfg.api_key) return true;
     const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
-    h += 7;
-    while (*h == ' ') h++;
+    const char *x = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-api-key");
+    if (h && !strncasecmp(h, "Bearer ", 7)) {
+        h += 7;
+        while (*h == ' ') h++;
+    } else if (x) h = x;
+    else return false;
     /* constant time in the key's length */
     const char *k = s->cfg.api_key;
     size_t nk = strlen(k), nh = strlen(h);
@@ -270,36 +352,44 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         if (!(c = calloc(1, sizeof *c))) return MHD_NO;
         c->s = s;
         *con_cls = c;
-        bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
-        bool is_models = !strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11);
-        int route = !strcmp(url, "/v1/chat/completions") ? ROUTE_CHAT : !strcmp(url, "/v1/completions") ? ROUTE_COMPLETIONS : ROUTE_NONE;
+        const route_def *rd = find_route(url);
         c->replied = true; /* unless we go on to read a body */
-        if (!strcmp(url, "/health")) {
-            if (!get) return dsp_srv_fail(&e, DSP_SRV_ERR_METHOD, NULL, "%s is not allowed on %s (use GET)", method, url), reply_error(mc, method, url, &e);
-            bool draining = atomic_load(&s->draining);
-            return reply(mc, draining ? 503 : 200, draining ? "{\"status\":\"shutting down\"}" : "{\"status\":\"ok\"}", NULL, NULL);
+        if (!strcmp(url, "/health")) { /* the front door answers GET and HEAD */
+            dsp_srv_fail(&e, DSP_SRV_ERR_METHOD, NULL, "%s is not allowed on %s (use GET)", method, url);
+            return reply_error(s, mc, method, url, &e);
         }
-        if (!is_models && route == ROUTE_NONE) {
-            dsp_srv_fail(&e, DSP_SRV_ERR_ROUTE, NULL, "no route %s %.200s (this server has POST /v1/chat/completions, POST /v1/completions, "
-                         "GET /v1/models, GET /health)", method, url);
-            return reply_error(mc, method, url, &e);
+        if (!rd) {
+            dsp_srv_fail(&e, DSP_SRV_ERR_ROUTE, NULL, "no route %s %.200s (this server has POST /v1/chat/completions, /v1/completions, "
+                         "/v1/messages, /v1/messages/count_tokens, /v1/responses; GET /v1/models, /metrics, /health, /)", method, url);
+            return reply_error(s, mc, method, url, &e);
         }
-        if ((is_models && !get) || (route != ROUTE_NONE && !post)) {
-            dsp_srv_fail(&e, DSP_SRV_ERR_METHOD, NULL, "%s is not allowed on %s (use %s)", method, url, is_models ? "GET" : "POST");
-            return reply_error(mc, method, url, &e);
+        if (strcmp(method, rd->post ? "POST" : "GET")) {
+            dsp_srv_fail(&e, DSP_SRV_ERR_METHOD, NULL, "%s is not allowed on %s (use %s)", method, url, rd->post ? "POST" : "GET");
+            return reply_error(s, mc, method, url, &e);
+        }
+        if (rd->route == ROUTE_PAGE) { /* the page asks for the key itself when the API needs one */
+            dsp_srv_metrics_request(s, rd->route, 200);
+            return reply_page(mc);
         }
         if (!authorized(s, mc)) {
-            dsp_srv_fail(&e, DSP_SRV_ERR_AUTH, NULL, "missing or incorrect API key: send the header 'Authorization: Bearer KEY'");
-            return reply_error(mc, method, url, &e);
+            dsp_srv_fail(&e, DSP_SRV_ERR_AUTH, NULL, "missing or incorrect API key: send the header 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+            return reply_error(s, mc, method, url, &e);
         }
-        if (is_models) {
+        if (rd->route == ROUTE_METRICS) {
+            char *txt = dsp_srv_metrics_text(s);
+            dsp_srv_metrics_request(s, rd->route, txt ? 200 : 500);
+            return reply_text(mc, txt, "text/plain; version=0.0.4; charset=utf-8");
+        }
+        if (rd->route == ROUTE_MODELS) {
             const char *only = url[10] == '/' ? url + 11 : NULL;
             if (only && !dsp_srv_model_known(s, only)) {
                 dsp_srv_fail(&e, DSP_SRV_ERR_MODEL, "model", "the model '%.128s' does not exist", only);
-                return reply_error(mc, method, url, &e);
+                return reply_error(s, mc, method, url, &e);
             }
+            dsp_srv_metrics_request(s, rd->route, 200);
             return reply_json(mc, MHD_HTTP_OK, dsp_srv_models_json(s, only));
         }
+        int route = rd->route;
         /* the front door checked Content-Length against --max-body; the buffer grows with what
          * actually arrives, not with what the header promises */
         c->deadline = dsp_srv_now_ms() + s->cfg.request_timeout_s * 1e3;
@@ -318,7 +408,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         if (dsp_srv_now_ms() > c->deadline) { /* a trickling body */
             c->replied = true;
             dsp_srv_fail(&e, DSP_SRV_ERR_TIMEOUT, NULL, "the request body did not arrive within %d s (--request-timeout)", s->cfg.request_timeout_s);
-            return reply_error(mc, method, url, &e);
+            return reply_error(s, mc, method, url, &e);
         }
         if (c->too_large) return MHD_YES;
         if (n > s->cfg.max_body - c->n_body) {
@@ -343,7 +433,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
     set_timeout(mc, (unsigned)s->cfg.idle_timeout_s);
     if (c->too_large) {
         dsp_srv_fail(&e, DSP_SRV_ERR_TOO_LARGE, NULL, "the request body is larger than this server accepts (%zu bytes, --max-body)", s->cfg.max_body);
-        return reply_error(mc, method, url, &e);
+        return reply_error(s, mc, method, url, &e);
     }
     return run_generation(c, mc, method, url);
 }

@@ -56,6 +56,7 @@ void dsp_srv_req_release(dsp_srv_req *r) {
     free(r->echo_text);
     for (int i = 0; i < DSP_MAX_STOP; i++) free(r->stops[i]);
     free(r->bias);
+    json_decref(r->tools.list);
     free(r->out.text);
     free(r->out.toks);
     free(r->out.top);
@@ -79,6 +80,7 @@ bool dsp_srv_out_sync(dsp_srv_out *m, const dsp_srv_out *o) {
         m->status = o->status;
         memcpy(m->error, o->error, sizeof m->error);
         m->res = o->res;
+        m->ttft_ms = o->ttft_ms;
         m->done = true;
     }
     return true;
@@ -160,6 +162,7 @@ static void finish(dsp_srv_req *r, dsp_status st, const char *msg, const dsp_gen
     r->out.status = st;
     if (msg) snprintf(r->out.error, sizeof r->out.error, "%s", msg);
     if (res) r->out.res = *res;
+    r->out.ttft_ms = r->t_first > 0 ? r->t_first - r->t_enqueued : 0;
     r->out.done = true;
     r->t_done = dsp_srv_now_ms();
     r->state = DSP_SRV_DONE;
@@ -186,6 +189,7 @@ static void run_one(dsp_srv *s, dsp_srv_req *r) {
     dsp_status st = dsp_generate(s->ctx, slot->seq, r->prompt, r->n_prompt, &r->gp, on_token, &rs, &res);
     if (st) slot->n_tokens = 0; /* the sequence was reset */
     finish(r, st, st ? dsp_last_error() : NULL, &res);
+    dsp_srv_metrics_finished(s, &res, r->out.ttft_ms); /* ttft_ms: written above by this thread */
 
     double tps = res.decode_ms > 0 ? (double)res.n_generated / (res.decode_ms / 1e3) : 0;
     char spec[96] = "";

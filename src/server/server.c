@@ -1,5 +1,6 @@
 /* server/server: the server's lifetime: load the model, size the context for the cached
  * sequences, start the engine thread and the HTTP daemon; tear down in the reverse order. */
+#define _GNU_SOURCE /* memmem */
 #include "server/server.h"
 
 #include <jansson.h>
@@ -64,6 +65,7 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     atomic_init(&s->next_id, 1);
     s->created = (int64_t)ts.tv_sec;
     *out = s;
+    if (dsp_srv_metrics_create(s)) return DSP_ERR_NOMEM;
 
     if (cfg->chat_template && !(s->template_src = read_file(cfg->chat_template))) {
         fprintf(stderr, "dspark serve: cannot read --chat-template %s\n", cfg->chat_template);
@@ -93,6 +95,11 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
         return st;
     }
     s->n_ctx = dsp_ctx_n_ctx(s->ctx);
+    size_t tl = 0;
+    const char *tsrc = s->template_src ? s->template_src : dsp_model_chat_template(s->model, &tl);
+    if (s->template_src) tl = strlen(s->template_src);
+    s->tool_family = dsp_srv_tool_family_of(tsrc, tl);
+    s->template_thinks = tsrc && tl >= 7 && memmem(tsrc, tl, "<think>", 7);
 
     /* names: the first alias, else the file's base name without .gguf */
     const char *base = strrchr(cfg->model_path, '/');
@@ -108,8 +115,8 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
         return st;
     }
     if ((st = dsp_srv_http_start(s))) return st;
-    fprintf(stderr, "dspark serve: model '%s' (%s, %u-token context, speculation %s) loaded in %.1f s\n", s->model_id, info.arch, s->n_ctx,
-            dsp_spec_mode_to_string(cfg->mode), (dsp_srv_now_ms() - t0) / 1e3);
+    fprintf(stderr, "dspark serve: model '%s' (%s, %u-token context, speculation %s, tool calls: %s) loaded in %.1f s\n", s->model_id,
+            info.arch, s->n_ctx, dsp_spec_mode_to_string(cfg->mode), dsp_srv_tool_family_name(s->tool_family), (dsp_srv_now_ms() - t0) / 1e3);
     fprintf(stderr, "dspark serve: listening on http://%s%s%s:%d (OpenAI API under /v1)\n", strchr(cfg->host, ':') ? "[" : "", cfg->host,
             strchr(cfg->host, ':') ? "]" : "", s->port);
     return DSP_OK;
@@ -124,6 +131,7 @@ void dsp_srv_destroy(dsp_srv *s) {
     dsp_ctx_destroy(s->ctx);
     dsp_model_destroy(s->model);
     free(s->template_src);
+    dsp_srv_metrics_destroy(s);
     pthread_mutex_destroy(&s->q_mu);
     pthread_cond_destroy(&s->q_cv);
     pthread_cond_destroy(&s->idle_cv);
