@@ -16,14 +16,15 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dspark serve -m MODEL [options]\n\n"
-            "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions (streaming\n"
-            "and not), GET /v1/models, GET /health. Omitted sampling fields take OpenAI's defaults\n"
+            "An OpenAI- and Anthropic-compatible HTTP server: POST /v1/chat/completions, /v1/completions,\n"
+            "/v1/responses, /v1/messages, /v1/messages/count_tokens (streaming and not; tool calling);\n"
+            "GET /v1/models, /metrics, /health, and a chat page at /. Omitted sampling fields take OpenAI's defaults\n"
             "(temperature 1, top_p 1); send temperature 0 for greedy decoding.\n\n"
             "  -m, --model PATH           GGUF model file\n"
             "      --host ADDR            address to listen on (default 127.0.0.1)\n"
             "      --port N               port (default 8000; 0 = any free port, printed at start)\n"
             "      --alias NAME           model name clients use (repeatable; default: the file's name)\n"
-            "      --api-key KEY          require 'Authorization: Bearer KEY' on /v1/*\n"
+            "      --api-key KEY          require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (every route but /health)\n"
             "      --mode M               speculation: auto (default), lookup, baseline (always lossless)\n"
             "      --max-draft N          drafted tokens verified per round at most (1..%d)\n"
             "      --default-max-tokens N max_tokens when a request gives none (default 2048)\n"
@@ -38,7 +39,10 @@ static void usage(FILE *f) {
             "      --request-timeout SEC  a request's head and body must arrive within SEC (default 10)\n"
             "      --timeout SEC          close a connection whose client stops reading after SEC (default 60)\n"
             "      --shutdown-timeout SEC on SIGINT/SIGTERM, let requests finish this long (default 10)\n"
-            "      --chat-template F      use this Jinja template instead of the model's\n"
+            "      --chat-template F      use this Jinja template instead of the model's (tool calling needs\n"
+            "                             one that reads 'tools'; the syntax is taken from it)\n"
+            "      --no-thinking          reasoning models answer without thinking unless a request asks\n"
+            "                             (chat_template_kwargs.enable_thinking, Anthropic's thinking)\n"
             "  -t, --threads N            compute threads (default: physical cores)\n"
             "  -h, --help                 this help\n",
             DSP_MAX_DRAFT);
@@ -65,6 +69,10 @@ int dsp_cmd_serve(int argc, char **argv) {
     dsp_srv_config_default(&cfg);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--no-thinking")) {
+            cfg.no_thinking = true;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "dspark serve: unknown option or missing value '%s'\n\n", a);
             usage(stderr);

@@ -301,6 +301,14 @@ static json_t *usage(const dsp_srv_out *o, size_t out_tokens) {
                      (json_int_t)o->res.n_cached, "cache_creation_input_tokens", (json_int_t)0, "output_tokens", (json_int_t)out_tokens);
 }
 
+/* Anthropic's ids read toolu_... */
+static void toolu_id(dsp_srv_call *c) {
+    char t[sizeof c->id];
+    if (strncmp(c->id, "call_", 5)) return;
+    snprintf(t, sizeof t, "toolu_%s", c->id + 5);
+    memcpy(c->id, t, sizeof t);
+}
+
 static json_t *tool_use_block(const dsp_srv_call *c, bool with_input) {
     json_t *in = with_input ? json_loads(c->args, 0, NULL) : NULL;
     if (!json_is_object(in)) json_decref(in), in = json_object();
@@ -325,8 +333,7 @@ char *dsp_srv_anthropic_response(dsp_srv *s, dsp_srv_req *r) {
     if (pt->c1 > pt->c0 || (!rep.calls.n && pt->r1 == pt->r0))
         json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text", dsp_srv_jstr(rep.p + pt->c0, pt->c1 - pt->c0)));
     for (int i = 0; i < rep.calls.n; i++) {
-        char *id = rep.calls.v[i].id;
-        if (!strncmp(id, "call_", 5)) memcpy(id, "toolu", 5); /* Anthropic's id prefix */
+        toolu_id(&rep.calls.v[i]);
         json_array_append_new(content, tool_use_block(&rep.calls.v[i], true));
     }
     const char *stop = matched_stop(s, r, o);
@@ -404,7 +411,7 @@ char *dsp_srv_anthropic_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_o
             }
             for (int i = 0; i < rep.calls.n; i++) {
                 dsp_srv_call *c = &rep.calls.v[i];
-                if (!strncmp(c->id, "call_", 5)) memcpy(c->id, "toolu", 5);
+                toolu_id(c);
                 dsp_srv_sb_event(&b, "content_block_start", json_pack("{s:s, s:i, s:o}", "type", "content_block_start", "index", cur->block,
                                                                       "content_block", tool_use_block(c, false)));
                 dsp_srv_sb_event(&b, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index", cur->block,

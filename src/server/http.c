@@ -261,6 +261,12 @@ static enum MHD_Result run_generation(conn *c, struct MHD_Connection *mc, const 
     case ROUTE_RESPONSES: ok = dsp_srv_parse_responses(s, body, c->n_body, r, &e); break;
     default: ok = dsp_srv_parse_request(s, c->route == ROUTE_CHAT ? DSP_SRV_CHAT : DSP_SRV_COMPLETION, body, c->n_body, r, &e); break;
     }
+#ifdef DSP_SRV_SCRIPTED
+    json_t *root = ok ? json_loadb(body, c->n_body, 0, NULL) : NULL;
+    const char *scripted = json_string_value(json_object_get(root, "dspark_test_output"));
+    if (scripted) r->scripted = strdup(scripted);
+    json_decref(root);
+#endif
     free(c->body);
     c->body = NULL, c->n_body = c->cap_body = 0;
     if (ok && r->count_only) { /* count_tokens: nothing to generate */

@@ -56,6 +56,7 @@ void dsp_srv_req_release(dsp_srv_req *r) {
     free(r->echo_text);
     for (int i = 0; i < DSP_MAX_STOP; i++) free(r->stops[i]);
     free(r->bias);
+    free(r->scripted);
     json_decref(r->tools.list);
     free(r->out.text);
     free(r->out.toks);
@@ -170,6 +171,41 @@ static void finish(dsp_srv_req *r, dsp_status st, const char *msg, const dsp_gen
     pthread_mutex_unlock(&r->mu);
 }
 
+#ifdef DSP_SRV_SCRIPTED
+/* Test-only (dspark_scripted): emit r->scripted as if the model had generated it: its tokens one
+ * by one through the real incremental detokenizer and the same callback, then an end-of-turn. */
+static void run_scripted(dsp_srv *s, dsp_srv_req *r, run_state *rs, dsp_gen_result *res) {
+    size_t n = 0, len = strlen(r->scripted);
+    dsp_tokenize(s->tok, r->scripted, len, DSP_TOKENIZE_PARSE_SPECIAL, NULL, 0, &n);
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    dsp_detok_stream *ds = NULL;
+    res->n_prompt = r->n_prompt;
+    res->finish = DSP_FINISH_STOP;
+    if (!ids || dsp_tokenize(s->tok, r->scripted, len, DSP_TOKENIZE_PARSE_SPECIAL, ids, n, &n) || dsp_detok_stream_create(s->tok, 0, &ds)) n = 0;
+    for (size_t i = 0; i < n; i++) {
+        if ((int32_t)res->n_generated >= r->gp.max_tokens) {
+            res->finish = DSP_FINISH_LENGTH;
+            break;
+        }
+        dsp_token_event ev = {.token = ids[i]};
+        dsp_detok_stream_feed(ds, ids[i], &ev.text, &ev.text_len);
+        res->n_generated++, res->n_rounds++;
+        if (!on_token(&ev, rs)) {
+            res->finish = DSP_FINISH_CANCELLED;
+            break;
+        }
+    }
+    if (res->finish == DSP_FINISH_STOP && ds) {
+        dsp_token_event ev = {.token = dsp_tokenizer_eos(s->tok)};
+        dsp_detok_stream_flush(ds, &ev.text, &ev.text_len);
+        res->n_generated++;
+        on_token(&ev, rs);
+    }
+    dsp_detok_stream_destroy(ds);
+    free(ids);
+}
+#endif
+
 static void run_one(dsp_srv *s, dsp_srv_req *r) {
     pthread_mutex_lock(&r->mu);
     r->state = DSP_SRV_RUNNING;
@@ -186,6 +222,14 @@ static void run_one(dsp_srv *s, dsp_srv_req *r) {
     run_state rs = {s, r, slot, s->n_ctx};
     dsp_gen_result res;
     memset(&res, 0, sizeof res);
+#ifdef DSP_SRV_SCRIPTED
+    if (r->scripted) {
+        run_scripted(s, r, &rs, &res);
+        slot->n_tokens = 0; /* the sequence holds nothing of this */
+        finish(r, DSP_OK, NULL, &res);
+        return;
+    }
+#endif
     dsp_status st = dsp_generate(s->ctx, slot->seq, r->prompt, r->n_prompt, &r->gp, on_token, &rs, &res);
     if (st) slot->n_tokens = 0; /* the sequence was reset */
     finish(r, st, st ? dsp_last_error() : NULL, &res);

@@ -193,6 +193,7 @@ typedef struct dsp_srv_req {
     bool think_start;            /* the prompt opened <think> already: the reply starts inside it */
     char prefix[160];            /* the reply's forced start (a tool call opener), part of the text parsed */
     bool count_only;             /* count_tokens: tokenize, never generate */
+    char *scripted;              /* dspark_scripted (tests) only: the reply to emit instead of generating */
     size_t prefix_len;
     bool stream, include_usage, echo;
     bool want_logprobs;          /* chat: logprobs=true; completions: logprobs given */
