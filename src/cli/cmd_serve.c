@@ -38,6 +38,7 @@ static void usage(FILE *f) {
             "      --max-connections-per-client N  from one address at most, by the same rule (default 32)\n"
             "      --request-timeout SEC  a request's head and body must arrive within SEC (default 10)\n"
             "      --timeout SEC          close a connection whose client stops reading after SEC (default 60)\n"
+            "      --keepalive SEC        a stream with nothing to send for SEC gets an SSE comment (default 15)\n"
             "      --shutdown-timeout SEC on SIGINT/SIGTERM, let requests finish this long (default 10)\n"
             "      --chat-template F      use this Jinja template instead of the model's (tool calling needs\n"
             "                             one that reads 'tools'; the syntax is taken from it)\n"
@@ -111,6 +112,7 @@ int dsp_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-connections-per-client")) { NUM(1, 100000) cfg.max_connections_per_client = (int)x; }
         else if (!strcmp(a, "--request-timeout")) { NUM(1, 3600) cfg.request_timeout_s = (int)x; }
         else if (!strcmp(a, "--timeout")) { NUM(1, 86400) cfg.idle_timeout_s = (int)x; }
+        else if (!strcmp(a, "--keepalive")) { NUM(0.1, 3600) cfg.keepalive_s = x; }
         else if (!strcmp(a, "--shutdown-timeout")) { NUM(0, 86400) cfg.shutdown_timeout_s = x; }
         else if (!strcmp(a, "--chat-template")) cfg.chat_template = v;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NUM(1, 1024) cfg.cp.n_threads = (int)x; }

@@ -91,7 +91,6 @@ typedef struct sse {
     double t_sent;         /* ms: when bytes were last produced (keep-alive comments) */
 } sse;
 
-#define KEEPALIVE_MS 15000.0 /* an SSE comment when a stream has had nothing to send this long */
 
 /* ---- replies ----------------------------------------------------------------------------------- */
 
@@ -127,7 +126,7 @@ static enum MHD_Result reply_page(struct MHD_Connection *mc) {
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
     MHD_add_response_header(resp, "Connection", "close");
-    MHD_add_response_header(resp, "Content-Security-Policy", "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'");
+    MHD_add_response_header(resp, "Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'");
     enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -219,7 +218,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return sse_emit(st, ev, len, buf, max);
         }
         if (st->m.done) break; /* out of memory building the last events */
-        if (dsp_srv_now_ms() - st->t_sent >= KEEPALIVE_MS) { /* a long prefill: keep proxies and clients from timing out */
+        if (dsp_srv_now_ms() - st->t_sent >= st->s->cfg.keepalive_s * 1e3) { /* a long prefill or queue: keep proxies and clients from timing out */
             char *ka = strdup(": keep-alive\n\n");
             if (ka) return sse_emit(st, ka, strlen(ka), buf, max);
         }

@@ -10,7 +10,7 @@
 static const char k_page[] =
     "<!doctype html>\n"
     "<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-    "<title>dspark</title>\n"
+    "<title>dspark</title><link rel=\"icon\" href=\"data:,\">\n"
     "<style>\n"
     "body{font:15px/1.45 system-ui,sans-serif;margin:0;display:flex;flex-direction:column;height:100vh;background:#f6f6f4;color:#222}\n"
     "header{padding:8px 14px;background:#20242a;color:#eee;display:flex;gap:14px;align-items:center;flex-wrap:wrap}\n"

@@ -20,6 +20,7 @@ void dsp_srv_config_default(dsp_srv_config *c) {
     c->max_body = (size_t)8 << 20;
     c->idle_timeout_s = 60;
     c->request_timeout_s = 10;
+    c->keepalive_s = 15;
     c->max_connections_per_client = 32;
     c->shutdown_timeout_s = 10;
     c->cache_seqs = 4;

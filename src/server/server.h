@@ -52,6 +52,7 @@ typedef struct dsp_srv_config {
     size_t max_body;             /* request body bytes at most; more get a 413 */
     int idle_timeout_s;          /* a connection whose reply stalls (client not reading) is closed after this */
     int request_timeout_s;       /* a request's head and body must arrive within this */
+    double keepalive_s;          /* an SSE comment when a stream has had nothing to send this long (15) */
     double shutdown_timeout_s;   /* on SIGINT/SIGTERM in-flight requests get this long to finish */
     int cache_seqs;              /* sequences kept for KV reuse across requests */
     int max_connections;         /* open at most (waiting for a request + being served) */

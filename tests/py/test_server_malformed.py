@@ -440,3 +440,32 @@ def test_queue_full_and_shutdown():
         waiting.close()
     finally:
         s.close()
+
+
+def test_keepalive_comments_and_new_routes():
+    """A stream waiting behind another request gets SSE comments (--keepalive 1), which clients
+    ignore; GET-only and POST-only routes answer other methods with a 405 error object."""
+    s = Server("--keepalive", "1")
+    try:
+        long_body = json.dumps({"prompt": "Once upon a time", "max_tokens": 60 if SANITIZED else 300, "temperature": 0, "ignore_eos": True}).encode()
+        busy = socket.create_connection(("127.0.0.1", s.port), timeout=300)
+        busy.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(long_body), long_body))
+        time.sleep(0.3)
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0, "stream": True}).encode()
+        st = socket.create_connection(("127.0.0.1", s.port), timeout=300)
+        st.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        status, _, stream = read_response(st, timeout=300)
+        assert status == 200 and b": keep-alive\n\n" in stream and stream.rstrip().endswith(b"data: [DONE]"), stream[:500]
+        assert read_response(busy, timeout=300)[0] == 200
+        busy.close()
+        st.close()
+        for req, want in ((b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405),
+                          (b"GET /v1/responses HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+                          (b"PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405),
+                          (b"GET /v1/messages/nope HTTP/1.1\r\nHost: x\r\n\r\n", 404)):
+            code, hdr, resp = raw(s.port, req)
+            assert code == want and hdr["content-type"] == "application/json", (req, code, resp)
+        code, hdr, resp = raw(s.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert code == 200 and b"dspark_requests_total" in resp
+    finally:
+        s.close()
