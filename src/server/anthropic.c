@@ -130,41 +130,6 @@ static bool convert_message(json_t *m, size_t i, json_t *out, dsp_srv_error *e) 
     return ok;
 }
 
-static bool parse_tools(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
-    json_t *tools = dsp_srv_field(root, "tools");
-    if (tools && !json_is_array(tools)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "tools", "tools: must be an array");
-    size_t i;
-    json_t *t;
-    char pname[48];
-    json_array_foreach(tools, i, t) {
-        snprintf(pname, sizeof pname, "tools.%zu", i);
-        if (!json_is_object(t)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "%s: must be {name, description, input_schema}", pname);
-        const char *type = json_string_value(json_object_get(t, "type"));
-        if (type && strcmp(type, "custom"))
-            return dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, pname, "%s: server tools of type '%.40s' are not supported (only client tools)", pname, type);
-        json_t *schema = json_object_get(t, "input_schema");
-        if (!json_is_object(schema)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "%s.input_schema: must be a JSON Schema object", pname);
-        json_t *fn = json_pack("{s:O?, s:O?, s:O}", "name", json_object_get(t, "name"), "description", json_object_get(t, "description"),
-                               "parameters", schema);
-        bool ok = fn && dsp_srv_tools_add(&r->tools, fn, pname, e);
-        json_decref(fn);
-        if (!ok) return false;
-    }
-    json_t *tc = dsp_srv_field(root, "tool_choice");
-    const char *choice = NULL, *named = NULL;
-    if (tc) {
-        const char *type = json_string_value(json_object_get(tc, "type"));
-        if (!type) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "tool_choice", "tool_choice: must be {type: auto|any|tool|none}");
-        if (!strcmp(type, "auto")) choice = "auto";
-        else if (!strcmp(type, "any")) choice = "required";
-        else if (!strcmp(type, "none")) choice = "none";
-        else if (!strcmp(type, "tool") && json_is_string(json_object_get(tc, "name"))) named = json_string_value(json_object_get(tc, "name"));
-        else return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "tool_choice", "tool_choice: must be {type: auto|any|none} or {type: tool, name}");
-        r->tools.single = json_is_true(json_object_get(tc, "disable_parallel_tool_use"));
-    }
-    return dsp_srv_tools_finish(s, &r->tools, choice, named, e);
-}
-
 bool dsp_srv_parse_messages(dsp_srv *s, const char *body, size_t len, bool count_only, dsp_srv_req *r, dsp_srv_error *e) {
     json_error_t jerr;
     json_t *root = json_loadb(body, len, 0, &jerr);
@@ -224,7 +189,7 @@ bool dsp_srv_parse_messages(dsp_srv *s, const char *body, size_t len, bool count
         }
         json_object_set_new(kw, "enable_thinking", json_boolean(!strcmp(type, "enabled")));
     }
-    if (!parse_tools(s, root, r, e)) {
+    if (!dsp_srv_tools_parse(s, root, DSP_SRV_DIALECT_ANTHROPIC, r, e)) {
         json_decref(kw);
         goto out;
     }

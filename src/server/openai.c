@@ -325,42 +325,10 @@ bool dsp_srv_chat_prompt(dsp_srv *s, dsp_srv_req *r, json_t *msgs, json_t *kwarg
 }
 
 /* tools, tool_choice, parallel_tool_calls (OpenAI chat) into r->tools */
-static bool parse_tools(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
-    json_t *tools = field(root, "tools");
-    if (tools && !json_is_array(tools)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "tools", "'tools' must be an array");
-    char pname[64];
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-        snprintf(pname, sizeof pname, "tools[%zu]", i);
-        json_t *type = json_object_get(t, "type"), *fn = json_object_get(t, "function");
-        if (!json_is_object(t) || !json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_object(fn))
-            return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be {\"type\": \"function\", \"function\": {\"name\", \"parameters\", ...}}", pname);
-        snprintf(pname, sizeof pname, "tools[%zu].function", i);
-        if (!dsp_srv_tools_add(&r->tools, fn, pname, e)) return false;
-    }
-    json_t *tc = field(root, "tool_choice");
-    const char *choice = NULL, *named = NULL;
-    if (tc) {
-        if (json_is_string(tc)) {
-            choice = json_string_value(tc);
-            if (strcmp(choice, "auto") && strcmp(choice, "none") && strcmp(choice, "required"))
-                return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", ...}");
-        } else {
-            named = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
-            if (!named) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
-        }
-    }
-    bool parallel = true;
-    if (!get_bool(root, "parallel_tool_calls", &parallel, e)) return false;
-    r->tools.single = !parallel;
-    return dsp_srv_tools_finish(s, &r->tools, choice, named, e);
-}
-
 static bool parse_chat_prompt(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
     json_t *kw = field(root, "chat_template_kwargs");
     if (kw && !json_is_object(kw)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    if (!parse_tools(s, root, r, e)) return false;
+    if (!dsp_srv_tools_parse(s, root, DSP_SRV_DIALECT_CHAT, r, e)) return false;
     json_t *msgs = parse_messages(root, e);
     if (!msgs) return false;
     return dsp_srv_chat_prompt(s, r, msgs, kw, e);

@@ -74,31 +74,6 @@ static bool convert_items(json_t *input, json_t *msgs, dsp_srv_error *e) {
     return true;
 }
 
-static bool parse_tools(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
-    json_t *tools = dsp_srv_field(root, "tools");
-    if (tools && !json_is_array(tools)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "tools", "'tools' must be an array");
-    size_t i;
-    json_t *t;
-    char pname[48];
-    json_array_foreach(tools, i, t) {
-        snprintf(pname, sizeof pname, "tools[%zu]", i);
-        const char *type = json_string_value(json_object_get(t, "type"));
-        if (!json_is_object(t) || !type || strcmp(type, "function"))
-            return dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, pname, "'%s' must be {\"type\": \"function\", \"name\", \"parameters\"} (no built-in tools here)", pname);
-        if (!dsp_srv_tools_add(&r->tools, t, pname, e)) return false;
-    }
-    json_t *tc = dsp_srv_field(root, "tool_choice");
-    const char *choice = NULL, *named = NULL;
-    if (json_is_string(tc)) choice = json_string_value(tc);
-    else if (tc) named = json_string_value(json_object_get(tc, "name"));
-    if (tc && !named && (!choice || (strcmp(choice, "auto") && strcmp(choice, "none") && strcmp(choice, "required"))))
-        return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\"}");
-    bool parallel = true;
-    if (!dsp_srv_get_bool(root, "parallel_tool_calls", &parallel, e)) return false;
-    r->tools.single = !parallel;
-    return dsp_srv_tools_finish(s, &r->tools, choice, named, e);
-}
-
 bool dsp_srv_parse_responses(dsp_srv *s, const char *body, size_t len, dsp_srv_req *r, dsp_srv_error *e) {
     json_error_t jerr;
     json_t *root = json_loadb(body, len, 0, &jerr);
@@ -122,7 +97,7 @@ bool dsp_srv_parse_responses(dsp_srv *s, const char *body, size_t len, dsp_srv_r
         !dsp_srv_get_bool(root, "stream", &r->stream, e))
         goto out;
     gp->max_tokens = (int32_t)mt;
-    if (!parse_tools(s, root, r, e)) goto out;
+    if (!dsp_srv_tools_parse(s, root, DSP_SRV_DIALECT_RESPONSES, r, e)) goto out;
     json_t *ins = dsp_srv_field(root, "instructions");
     if (ins) {
         if (!json_is_string(ins)) {

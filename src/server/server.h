@@ -144,6 +144,12 @@ typedef struct dsp_srv_parts {
 dsp_srv_tool_family dsp_srv_tool_family_of(const char *tmpl, size_t n);
 const char *dsp_srv_tool_family_name(dsp_srv_tool_family f);
 void dsp_srv_tool_call_id(dsp_srv_tool_family f, uint64_t seed, int index, char *out, size_t cap);
+struct dsp_srv;
+/* The request shapes of tools and tool_choice. */
+enum { DSP_SRV_DIALECT_CHAT = 0, DSP_SRV_DIALECT_RESPONSES, DSP_SRV_DIALECT_ANTHROPIC };
+struct dsp_srv_req;
+/* tools, tool_choice (and parallel_tool_calls) of a request in that dialect into r->tools. */
+bool dsp_srv_tools_parse(struct dsp_srv *s, json_t *root, int dialect, struct dsp_srv_req *r, dsp_srv_error *e);
 /* Add one function definition ({name, description, parameters}) to t, checked. */
 bool dsp_srv_tools_add(dsp_srv_tools *t, json_t *fn_def, const char *pname, dsp_srv_error *e);
 struct dsp_srv;

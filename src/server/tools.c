@@ -154,6 +154,79 @@ bool dsp_srv_tools_finish(dsp_srv *s, dsp_srv_tools *t, const char *choice, cons
     return true;
 }
 
+/* One element of 'tools' -> a function definition (new reference) and its parameter name. */
+static json_t *tool_def(int dialect, json_t *t, size_t i, char *pname, size_t cap, dsp_srv_error *e) {
+    const char *type = json_string_value(json_object_get(t, "type"));
+    switch (dialect) {
+    case DSP_SRV_DIALECT_CHAT: {
+        snprintf(pname, cap, "tools[%zu]", i);
+        json_t *fn = json_object_get(t, "function");
+        if (!json_is_object(t) || !type || strcmp(type, "function") || !json_is_object(fn))
+            return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be {\"type\": \"function\", \"function\": {\"name\", \"parameters\", ...}}", pname), NULL;
+        snprintf(pname, cap, "tools[%zu].function", i);
+        return json_incref(fn);
+    }
+    case DSP_SRV_DIALECT_RESPONSES:
+        snprintf(pname, cap, "tools[%zu]", i);
+        if (!json_is_object(t) || !type || strcmp(type, "function"))
+            return dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, pname, "'%s' must be {\"type\": \"function\", \"name\", \"parameters\"} (no built-in tools here)", pname), NULL;
+        return json_incref(t);
+    default: { /* Anthropic: {name, description, input_schema} */
+        snprintf(pname, cap, "tools.%zu", i);
+        if (!json_is_object(t)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "%s: must be {name, description, input_schema}", pname), NULL;
+        if (type && strcmp(type, "custom"))
+            return dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, pname, "%s: server tools of type '%.40s' are not supported (only client tools)", pname, type), NULL;
+        json_t *schema = json_object_get(t, "input_schema");
+        if (!json_is_object(schema)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "%s.input_schema: must be a JSON Schema object", pname), NULL;
+        return json_pack("{s:O?, s:O?, s:O}", "name", json_object_get(t, "name"), "description", json_object_get(t, "description"), "parameters", schema);
+    }
+    }
+}
+
+/* tool_choice in the dialect's shape -> choice ("auto", "none", "required") or named */
+static bool tool_choice(int dialect, json_t *tc, const char **choice, const char **named, bool *single, dsp_srv_error *e) {
+    if (!tc) return true;
+    if (dialect == DSP_SRV_DIALECT_ANTHROPIC) {
+        const char *type = json_string_value(json_object_get(tc, "type"));
+        if (type && !strcmp(type, "auto")) *choice = "auto";
+        else if (type && !strcmp(type, "any")) *choice = "required";
+        else if (type && !strcmp(type, "none")) *choice = "none";
+        else if (type && !strcmp(type, "tool") && json_is_string(json_object_get(tc, "name"))) *named = json_string_value(json_object_get(tc, "name"));
+        else return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "tool_choice", "tool_choice: must be {type: auto|any|none} or {type: tool, name}");
+        *single = json_is_true(json_object_get(tc, "disable_parallel_tool_use"));
+        return true;
+    }
+    if (json_is_string(tc)) *choice = json_string_value(tc);
+    else if (dialect == DSP_SRV_DIALECT_CHAT) *named = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+    else *named = json_string_value(json_object_get(tc, "name"));
+    if (!*named && (!*choice || (strcmp(*choice, "auto") && strcmp(*choice, "none") && strcmp(*choice, "required"))))
+        return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or a named function (%s)",
+                            dialect == DSP_SRV_DIALECT_CHAT ? "{\"type\": \"function\", \"function\": {\"name\": ...}}" : "{\"type\": \"function\", \"name\": ...}");
+    return true;
+}
+
+bool dsp_srv_tools_parse(dsp_srv *s, json_t *root, int dialect, dsp_srv_req *r, dsp_srv_error *e) {
+    json_t *tools = dsp_srv_field(root, "tools");
+    if (tools && !json_is_array(tools)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "tools", "'tools' must be an array");
+    size_t i;
+    json_t *t;
+    char pname[64];
+    json_array_foreach(tools, i, t) {
+        json_t *fn = tool_def(dialect, t, i, pname, sizeof pname, e);
+        bool ok = fn && dsp_srv_tools_add(&r->tools, fn, pname, e);
+        json_decref(fn);
+        if (!ok) return false;
+    }
+    const char *choice = NULL, *named = NULL;
+    bool parallel = true;
+    if (!tool_choice(dialect, dsp_srv_field(root, "tool_choice"), &choice, &named, &r->tools.single, e)) return false;
+    if (dialect != DSP_SRV_DIALECT_ANTHROPIC) {
+        if (!dsp_srv_get_bool(root, "parallel_tool_calls", &parallel, e)) return false;
+        r->tools.single = !parallel;
+    }
+    return dsp_srv_tools_finish(s, &r->tools, choice, named, e);
+}
+
 /* The opener that starts the reply when a call is required (a named one: up to its arguments). */
 static void opener(dsp_srv_tool_family f, const char *named, char *out, size_t cap) {
     switch (f) {

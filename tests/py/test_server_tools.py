@@ -84,9 +84,31 @@ CASES = {
 }
 
 
+GENERIC_TEMPLATE = """{% if tools %}<|im_start|>system
+You can call these functions; answer with JSON {"name": ..., "arguments": ...}:
+{{ tools | tojson }}<|im_end|>
+{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+CASES["generic"] = (None, [
+    ('{"name": "get_weather", "arguments": {"city": "Paris"}}', [("get_weather", {"city": "Paris"})], None),
+    ('[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": "{\\"city\\": \\"Oslo\\"}"}]',
+     [("get_weather", {"city": "Paris"}), ("get_time", {"city": "Oslo"})], None),
+    ('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>', [("get_time", {})], None),
+    ('{"name": "get_weather", "arguments": {"city": "Paris"', None, '{"name": "get_weather", "arguments": {"city": "Paris"'),
+    ('[1, 2, 3]', None, '[1, 2, 3]'),
+    ('Sunny.', None, 'Sunny.'),
+])
+
+
 @pytest.mark.parametrize("family", sorted(CASES))
-def test_parse_recorded_outputs(family):
+def test_parse_recorded_outputs(family, tmp_path):
     template, cases = CASES[family]
+    if template is None:  # a template that reads `tools` in no known family's syntax
+        template = tmp_path / "generic.jinja"
+        template.write_text(GENERIC_TEMPLATE)
     s = scripted(template)
     try:
         assert "tool calls: %s" % family in s.log()
