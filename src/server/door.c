@@ -90,6 +90,7 @@ struct dsp_srv_door {
     int max_conn, per_client;
     pend *pending;              /* (max_conn) waiting for a head, oldest first */
     int n_pending;
+    atomic_int n_pending_pub;   /* n_pending, for other threads (metrics) */
     lingerer lingering[LINGER_MAX];
     int n_linger;
     char *peek;                 /* (HEAD_MAX + 1) */
@@ -346,14 +347,20 @@ static void pend_remove(dsp_srv_door *d, int i, bool uncount) {
     }
     memmove(&d->pending[i], &d->pending[i + 1], (size_t)(d->n_pending - i - 1) * sizeof *d->pending);
     d->n_pending--;
+    atomic_store(&d->n_pending_pub, d->n_pending);
 }
 
-/* Close pending connection i: silently if it sent nothing, else with a 408. */
-static void pend_drop(dsp_srv_door *d, int i, const char *why) {
+/* Close pending connection i: silently if it sent nothing, else saying why: a 408 when its time
+ * ran out, a 503 when its slot went to a newer connection (evicted). */
+static void pend_drop(dsp_srv_door *d, int i, bool evicted) {
     pend *p = &d->pending[i];
-    if (p->seen) reply_error_fd(d, p->fd, DSP_SRV_ERR_TIMEOUT, why, "the request head was not complete within %d s (--request-timeout)",
-                                d->s->cfg.request_timeout_s);
-    else close(p->fd);
+    if (!p->seen) close(p->fd);
+    else if (evicted)
+        reply_error_fd(d, p->fd, DSP_ERR_BUSY, "connection evicted",
+                       "the server needed this connection's slot for a newer one: its request head was still incomplete (--max-connections)");
+    else
+        reply_error_fd(d, p->fd, DSP_SRV_ERR_TIMEOUT, "request head timed out", "the request head was not complete within %d s (--request-timeout)",
+                       d->s->cfg.request_timeout_s);
     pend_remove(d, i, true);
 }
 
@@ -394,7 +401,7 @@ int dsp_srv_door_open(dsp_srv *s) {
     pthread_mutex_lock(&d->mu);
     int n = d->n_active;
     pthread_mutex_unlock(&d->mu);
-    return n + d->n_pending;
+    return n + atomic_load(&d->n_pending_pub);
 }
 
 static void on_readable(dsp_srv_door *d, int i, short revents) {
@@ -470,7 +477,7 @@ static void on_accept(dsp_srv_door *d) {
                                "too many connections from this address (%d, --max-connections-per-client); retry later", d->per_client);
                 continue;
             }
-            pend_drop(d, victim, "connection closed to make room");
+            pend_drop(d, victim, true);
             total--;
         }
         if (total >= d->max_conn) {
@@ -479,12 +486,13 @@ static void on_accept(dsp_srv_door *d) {
                                d->max_conn);
                 continue;
             }
-            pend_drop(d, 0, "connection closed to make room"); /* the oldest waiting */
+            pend_drop(d, 0, true); /* the oldest waiting */
         }
         pthread_mutex_lock(&d->mu);
         ip_add(d, &k, +1);
         pthread_mutex_unlock(&d->mu);
         pend *p = &d->pending[d->n_pending++];
+        atomic_store(&d->n_pending_pub, d->n_pending);
         memset(p, 0, sizeof *p);
         p->fd = fd, p->ip = k, p->addr = a, p->addrlen = al, p->t0 = dsp_srv_now_ms();
     }
@@ -529,7 +537,7 @@ static void *door_main(void *arg) {
         for (int i = np - 1; i >= 0; i--)
             if (pf[2 + i].revents) on_readable(d, i, pf[2 + i].revents);
         now = dsp_srv_now_ms();
-        while (d->n_pending && d->pending[0].t0 + timeout_ms <= now) pend_drop(d, 0, "request head timed out");
+        while (d->n_pending && d->pending[0].t0 + timeout_ms <= now) pend_drop(d, 0, false);
         if (pf[1].revents) on_accept(d);
     }
     free(pf);
