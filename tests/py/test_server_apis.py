@@ -178,10 +178,15 @@ def test_responses_create_and_stream(srv, ref):
     assert r.status == ("incomplete" if ref["finish_reason"] == "length" else "completed")
     assert r.usage.input_tokens == ref["n_prompt"] and r.usage.output_tokens == ref["n_generated"]
     items = [{"role": "system", "content": SYSTEM}, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": Q}]}]
-    with c.responses.stream(model=MID, input=items, temperature=0, max_output_tokens=N) as st:
-        kinds = [ev.type for ev in st]
-        final = st.get_final_response()
-    assert kinds[0] == "response.created" and "response.output_text.delta" in kinds and final.output_text == ref["text"]
+    events = list(c.responses.create(model=MID, input=items, temperature=0, max_output_tokens=N, stream=True))
+    kinds = [ev.type for ev in events]
+    # the spec ends a reply cut by max_output_tokens with response.incomplete, else response.completed
+    assert kinds[0] == "response.created" and "response.output_text.delta" in kinds
+    assert kinds[-1] == ("response.incomplete" if ref["finish_reason"] == "length" else "response.completed")
+    final = events[-1].response
+    assert final.output_text == ref["text"] and final.status == r.status
+    assert "".join(ev.delta for ev in events if ev.type == "response.output_text.delta") == ref["text"]
+    assert [ev.sequence_number for ev in events] == list(range(len(events)))
     with pytest.raises(openai.BadRequestError) as ei:
         c.responses.create(model=MID, input="hi", previous_response_id="resp_123")
     assert ei.value.body["param"] == "previous_response_id" and "stores no responses" in ei.value.body["message"]
