@@ -14,7 +14,7 @@
  * runs the connection's idle timeout is off (the wait is ours, not the client's) and it is
  * restored afterwards, so a client that stops reading its reply is closed after --timeout seconds.
  *
- * A stream's JSON is built from a mirror of the request's output (dsp_srv_out_sync): the request's
+ * A stream's JSON is built from a mirror of the request's output (out_sync): the request's
  * mutex, which the engine thread's token callback needs, is held only to copy what is new, never
  * while JSON is built or a slow client is written to. Every response carries "Connection: close",
  * so that every request passes the front door. */
@@ -180,6 +180,38 @@ static void set_timeout(struct MHD_Connection *mc, unsigned secs) { MHD_set_conn
 
 /* ---- streaming ------------------------------------------------------------------------------------ */
 
+/* Bring mirror m up to date with r->out: the caller holds r->mu; new text is copied into m's own
+ * buffer (a memcpy of what is new: the lock is held that long only), toks/top are shared. false
+ * when out of memory. */
+static bool out_sync(dsp_srv_out *m, const dsp_srv_out *o) {
+    if (o->n_text > m->n_text) {
+        if (o->n_text > m->cap_text) {
+            size_t nc = o->n_text * 2 + 256;
+            char *nt = realloc(m->text, nc);
+            if (!nt) return false;
+            m->text = nt, m->cap_text = nc;
+        }
+        memcpy(m->text + m->n_text, o->text + m->n_text, o->n_text - m->n_text);
+        m->n_text = o->n_text;
+    }
+    m->toks = o->toks, m->n_toks = o->n_toks;
+    m->top = o->top, m->n_top_used = o->n_top_used;
+    if (o->done && !m->done) {
+        m->status = o->status;
+        memcpy(m->error, o->error, sizeof m->error);
+        m->res = o->res;
+        m->ttft_ms = o->ttft_ms;
+        m->done = true;
+    }
+    return true;
+}
+
+static void out_mirror_free(dsp_srv_out *m) {
+    free(m->text);
+    m->text = NULL;
+}
+
+
 /* Hand the first max bytes of ev (len) to MHD, keeping the rest for the next call. */
 static ssize_t sse_emit(sse *st, char *ev, size_t len, char *buf, size_t max) {
     st->pending = ev, st->n_pending = len;
@@ -208,7 +240,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     dsp_srv_req *r = st->r;
     for (;;) {
         pthread_mutex_lock(&r->mu);
-        bool ok = dsp_srv_out_sync(&st->m, &r->out);
+        bool ok = out_sync(&st->m, &r->out);
         pthread_mutex_unlock(&r->mu);
         if (!ok) break; /* out of memory */
         size_t len = 0;
@@ -235,7 +267,7 @@ static void sse_free(void *cls) {
     sse *st = cls;
     dsp_srv_sched_abandon(st->s, st->r); /* no-op unless the stream ended early */
     dsp_srv_req_release(st->r);
-    dsp_srv_out_mirror_free(&st->m);
+    out_mirror_free(&st->m);
     free(st->pending);
     atomic_fetch_sub(&st->s->n_active, 1);
     free(st);

@@ -64,34 +64,6 @@ void dsp_srv_req_release(dsp_srv_req *r) {
     free(r);
 }
 
-bool dsp_srv_out_sync(dsp_srv_out *m, const dsp_srv_out *o) {
-    if (o->n_text > m->n_text) {
-        if (o->n_text > m->cap_text) {
-            size_t nc = o->n_text * 2 + 256;
-            char *nt = realloc(m->text, nc);
-            if (!nt) return false;
-            m->text = nt, m->cap_text = nc;
-        }
-        memcpy(m->text + m->n_text, o->text + m->n_text, o->n_text - m->n_text);
-        m->n_text = o->n_text;
-    }
-    m->toks = o->toks, m->n_toks = o->n_toks;
-    m->top = o->top, m->n_top_used = o->n_top_used;
-    if (o->done && !m->done) {
-        m->status = o->status;
-        memcpy(m->error, o->error, sizeof m->error);
-        m->res = o->res;
-        m->ttft_ms = o->ttft_ms;
-        m->done = true;
-    }
-    return true;
-}
-
-void dsp_srv_out_mirror_free(dsp_srv_out *m) {
-    free(m->text);
-    m->text = NULL;
-}
-
 /* ---- the engine thread ------------------------------------------------------------------------- */
 
 typedef struct run_state {

@@ -172,7 +172,7 @@ typedef struct dsp_srv_tok {
 } dsp_srv_tok;
 
 /* What a request produced: written by the engine thread under the request's mutex; read by the
- * connection thread from a copy (a stream's mirror, dsp_srv_out_sync) so that no JSON is built
+ * connection thread from a copy (a stream's mirror, the stream's out_sync in http.c) so that no JSON is built
  * while the engine waits for the mutex. toks and top are allocated once (max_events) and their
  * entries below n_toks never change again, so a copy shares them. */
 typedef struct dsp_srv_out {
@@ -228,11 +228,6 @@ typedef struct dsp_srv_req {
 dsp_srv_req *dsp_srv_req_create(void);
 /* Split a chat reply p[0..n) (the request's prefix + generated text) into its parts. */
 void dsp_srv_split(const dsp_srv_req *r, const struct dsp_srv *s, const char *p, size_t n, bool done, dsp_srv_parts *sp);
-/* Bring mirror m up to date with r->out: the caller holds r->mu; new text is copied into m's own
- * buffer (a memcpy of what is new: the lock is held that long only), toks/top are shared. false
- * when out of memory. dsp_srv_out_mirror_free frees what the mirror owns. */
-bool dsp_srv_out_sync(dsp_srv_out *m, const dsp_srv_out *o);
-void dsp_srv_out_mirror_free(dsp_srv_out *m);
 /* Drop a reference; frees on the last. */
 void dsp_srv_req_release(dsp_srv_req *r);
 
@@ -381,7 +376,7 @@ json_t *dsp_srv_jstr(const char *p, size_t n);
 /* the per-response "dspark" block: mode, drafter, accepted length, tok/s, TTFT, cached tokens */
 json_t *dsp_srv_stats_json(const dsp_srv_req *r, const dsp_srv_out *o);
 
-/* Streaming: the SSE events of o (a mirror made by dsp_srv_out_sync; no lock is held) that are
+/* Streaming: the SSE events of o (a mirror made by the stream's out_sync in http.c; no lock is held) that are
  * ready, in r's API, advancing cur. When o->done, adds the closing events. Returns malloc'd bytes
  * or NULL if nothing is ready. */
 char *dsp_srv_stream_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, dsp_srv_cursor *cur, size_t *len);
