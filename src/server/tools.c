@@ -21,7 +21,10 @@
  * parser sees opener + generated text.
  *
  * Streaming uses the same split, recomputed over the whole text so far: text that might still
- * turn into a marker (a partial "<tool_call>" at the end) is held back until it is decided. */
+ * turn into a marker (a partial "<tool_call>" at the end) is held back until it is decided.
+ * Reasoning and content stream as they are decided; tool calls are parsed once the generation
+ * has ended (so that a call that turns out malformed can still become content, exactly as in the
+ * non-streaming reply) and then sent in OpenAI's incremental shape. */
 #include "server/server.h"
 
 #include <jansson.h>
