@@ -198,7 +198,7 @@ dsp_status dsp_fwd_create(const dsp_model *m, const dsp_fwd_params *pp, dsp_fwd 
     }
     o->buf_write(f->be, f->inv_freq, 0, inv, (size_t)hp->rope_dim / 2);
     free(inv);
-    f->rope = (dsp_rope){hp->rope_dim, hp->rope_neox, hp->rope_scale, 1.0f, f->inv_freq};
+    f->rope = (dsp_rope){hp->rope_dim, hp->rope_neox, hp->rope_scale, hp->rope_attn_factor, f->inv_freq};
     *out = f;
     return DSP_OK;
 }

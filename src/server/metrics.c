@@ -2,17 +2,16 @@
  *
  * Counters are updated lock-free (atomics) by the connection threads (requests by route and
  * status) and by the engine thread when a request finishes (tokens, latencies, speculation);
- * /metrics reads them without stopping anything. The engine-side gauges that only the engine
- * knows (KV blocks used / cached, prefix-cache hit tokens) come through dsp_srv_engine_stats,
- * which the scheduler fills; a gauge whose source is not wired yet is left out rather than
- * reported as a made-up zero.
+ * /metrics reads them without stopping anything. What only the engine knows (KV blocks used /
+ * cached, prefix-cache hits, requests waiting and running) comes from dsp_engine_get_stats,
+ * copied by the engine thread after every round into dsp_srv_engine_stats (kv_valid once it has).
  *
  * Names (all prefixed dspark_):
  *   requests_total{endpoint, status}       counter
  *   prompt_tokens_total, completion_tokens_total, prompt_tokens_cached_total   counters
  *   time_to_first_token_seconds            histogram (one observation per request)
  *   inter_token_latency_seconds            histogram (per request: its mean gap, counted once per gap)
- *   queue_depth, requests_running          gauges
+ *   queue_depth, requests_running          gauges (the inbox + the engine's waiting; the engine's running)
  *   kv_blocks_used, kv_blocks_cached, kv_blocks_total, prefix_cache_hit_tokens_total (engine)
  *   spec_rounds_total, spec_drafted_tokens_total, spec_accepted_tokens_total  counters
  *   spec_accepted_length                   histogram of tokens decided per verify round (1 = no draft accepted)
@@ -116,8 +115,8 @@ char *dsp_srv_metrics_text(dsp_srv *s) {
     hist(&b, "dspark_inter_token_latency_seconds", "Time between generated tokens (each request's mean gap, once per gap).", k_itl_b,
          (int)(sizeof k_itl_b / sizeof *k_itl_b), m->itl, &m->itl_sum_us, &m->itl_count);
     pthread_mutex_lock(&s->q_mu);
-    int q = s->q_len, running = s->running != NULL;
     dsp_srv_engine_stats es = s->engine_stats;
+    int q = s->q_len + (int)es.waiting, running = (int)es.running;
     pthread_mutex_unlock(&s->q_mu);
     scalar(&b, "dspark_queue_depth", "gauge", "Requests waiting for the engine.", q);
     scalar(&b, "dspark_requests_running", "gauge", "Requests the engine is generating.", running);

@@ -396,7 +396,7 @@ def test_idle_and_slow_connections(srv):
 def test_queue_full_and_shutdown():
     """--max-queue 1: one request runs, one waits, the next gets a 503. Then SIGTERM with a stream
     in flight: the stream ends properly ([DONE]), the server exits 0 within the shutdown timeout."""
-    s = Server("--max-queue", "1", "--shutdown-timeout", "2")
+    s = Server("--max-queue", "1", "--shutdown-timeout", "2", "--max-batch", "1")
     try:
         long_body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True,
                                 "ignore_eos": True}).encode()
@@ -444,9 +444,9 @@ def test_queue_full_and_shutdown():
 
 
 def test_keepalive_comments_and_new_routes():
-    """A stream waiting behind another request gets SSE comments (--keepalive 1), which clients
-    ignore; GET-only and POST-only routes answer other methods with a 405 error object."""
-    s = Server("--keepalive", "1")
+    """A stream waiting behind another request (--max-batch 1) gets SSE comments (--keepalive 1),
+    which clients ignore; GET-only and POST-only routes answer other methods with a 405 error object."""
+    s = Server("--keepalive", "1", "--max-batch", "1")
     try:
         long_body = json.dumps({"prompt": "Once upon a time", "max_tokens": 60 if SANITIZED else 300, "temperature": 0, "ignore_eos": True}).encode()
         busy = socket.create_connection(("127.0.0.1", s.port), timeout=300)
