@@ -325,6 +325,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
 /* What the engine is doing, for metrics and logs. Counters are totals since creation. */
 typedef struct dsp_engine_stats {
     uint32_t waiting, running;
+    uint32_t peak_running;  /* most requests that shared one round */
     uint32_t kv_blocks, kv_blocks_used, kv_blocks_cached, block_tokens;
     uint64_t requests, prompt_tokens, cached_tokens, generated_tokens;
     uint64_t rounds, spec_rounds, drafted, accepted, evicted_blocks;

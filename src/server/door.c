@@ -434,8 +434,9 @@ static void on_readable(dsp_srv_door *d, int i, short revents) {
         bool draining = atomic_load(&d->s->draining);
         bool health = !strcmp(h.path, "/health") && (!strcmp(h.method, "GET") || !strcmp(h.method, "HEAD"));
         if (health) {
-            send_reply(p->fd, draining ? 503 : 200, draining ? "{\"status\":\"shutting down\"}" : "{\"status\":\"ok\"}", !strcmp(h.method, "HEAD"),
-                       draining ? 5 : 0);
+            char body[512];
+            bool ok = dsp_srv_health_json(d->s, body, sizeof body);
+            send_reply(p->fd, ok ? 200 : 503, body, !strcmp(h.method, "HEAD"), ok ? 0 : 5);
             linger_close(d, p->fd);
             pend_remove(d, i, true);
             return;

@@ -581,17 +581,20 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
     if (!get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &have, e)) goto out;
     if (have) gp->seed = (uint64_t)v;
     if (!get_bool(root, "ignore_eos", &gp->ignore_eos, e)) goto out;
-    json_t *dm = field(root, "dspark_mode"); /* extension: this request's speculation mode */
-    if (dm) {
-        const char *m = json_string_value(dm);
-        if (m && !strcmp(m, "auto")) gp->mode = DSP_SPEC_AUTO;
-        else if (m && !strcmp(m, "lookup")) gp->mode = DSP_SPEC_LOOKUP;
-        else if (m && !strcmp(m, "baseline")) gp->mode = DSP_SPEC_BASELINE;
+    /* extensions: speculation per request (always lossless: only the speed changes) */
+    json_t *mode = field(root, "mode");
+    if (mode) {
+        const char *m = json_is_string(mode) ? json_string_value(mode) : "";
+        if (!strcmp(m, "baseline")) gp->mode = DSP_SPEC_BASELINE;
+        else if (!strcmp(m, "lookup")) gp->mode = DSP_SPEC_LOOKUP;
+        else if (!strcmp(m, "auto")) gp->mode = DSP_SPEC_AUTO;
         else {
-            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "dspark_mode", "'dspark_mode' must be 'auto', 'lookup' or 'baseline'");
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "mode", "'mode' must be one of \"auto\", \"lookup\", \"baseline\"");
             goto out;
         }
     }
+    if (!get_int(root, "max_draft", 1, DSP_MAX_DRAFT, &v, &have, e)) goto out;
+    if (have) gp->max_draft = (int32_t)v;
 
     /* length */
     long long mt = s->cfg.default_max_tokens, mct = 0;

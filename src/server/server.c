@@ -105,6 +105,7 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     s->n_ctx = dsp_engine_n_ctx(s->engine);
     dsp_engine_stats es;
     dsp_engine_get_stats(s->engine, &es);
+    s->stats = es; /* /health and /metrics before the first round */
     fprintf(stderr, "dspark serve: engine on %s: %u-token context, up to %d requests per round, KV cache %u tokens%s\n",
             dsp_engine_backend(s->engine), s->n_ctx, cfg->cp.max_batch, es.kv_blocks * es.block_tokens,
             cfg->cp.no_prefix_cache ? " (no prefix cache)" : " with prefix cache");

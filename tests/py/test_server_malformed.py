@@ -232,7 +232,7 @@ def test_broken_http(srv):
     assert st is None or 400 <= st < 500
     # HTTP/1.0 needs no Host; HEAD /health has no body
     st, _, body = raw(srv.port, b"GET /health HTTP/1.0\r\n\r\n")
-    assert st == 200 and json.loads(body) == {"status": "ok"}
+    assert st == 200 and json.loads(body)["status"] == "ok"
     healthy(srv)
 
 
@@ -424,7 +424,7 @@ def test_queue_full_and_shutdown():
         assert st == 503 and error_of(st, body)["type"] == "server_error" and "shutting down" in error_of(st, body)["message"], body
         assert int(hdr["retry-after"]) > 0
         st, hdr, body = raw(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert st == 503 and json.loads(body) == {"status": "shutting down"} and "retry-after" in hdr
+        assert st == 503 and json.loads(body)["status"] == "shutting down" and "retry-after" in hdr
         st, _, body = read_response(waiting, timeout=120)
         assert st in (200, 503), body
         running.settimeout(120)
