@@ -219,7 +219,8 @@ def check_zlab_against_generate(target, drafter, prompt_ids: list[int], rounds: 
 # --------------------------------------------------------------------------------------------
 # DeepSpec DSpark / DFlash
 
-def run_deepspec(ds, target, drafter, prompt_ids: list[int], threshold: float, cap: int | None) -> dict:
+def run_deepspec(ds, target, drafter, prompt_ids: list[int], threshold: float, cap: int | None,
+                 max_new: int = MAX_NEW, stop: list[int] = STOP_IDS) -> dict:
     """DeepSpec's generate_decoding_sample with Qwen3DSparkEvaluator's callbacks."""
     import torch
     from transformers import DynamicCache
@@ -286,8 +287,8 @@ def run_deepspec(ds, target, drafter, prompt_ids: list[int], threshold: float, c
 
     try:
         res = ds.base.generate_decoding_sample(
-            target_model=target, input_ids=torch.tensor([prompt_ids]), max_new_tokens=MAX_NEW,
-            max_proposal_tokens=gamma, temperature=0.0, stop_token_ids=STOP_IDS,
+            target_model=target, input_ids=torch.tensor([prompt_ids]), max_new_tokens=max_new,
+            max_proposal_tokens=gamma, temperature=0.0, stop_token_ids=stop,
             init_context=init_context, propose=propose, update=update, post_verify=post_verify)
     finally:
         drafter.sample_draft_tokens, drafter.predict_confidence_step = orig_sample, orig_conf

@@ -76,9 +76,13 @@ def stop_ids(model, tok) -> list[int]:
     if e is None:
         e = tok.eos_token_id
     e = [e] if isinstance(e, int) else list(e or [])
-    if tok.eos_token_id is not None and tok.eos_token_id not in e:
+    if tok.eos_token_id is not None:
         e.append(tok.eos_token_id)
-    return [int(x) for x in e]
+    for t in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):  # chat-turn ends (SmolLM2's GGUF says EOS = 1)
+        tid = tok.convert_tokens_to_ids(t)
+        if isinstance(tid, int) and tid != tok.unk_token_id and tid >= 0:
+            e.append(tid)
+    return sorted({int(x) for x in e})
 
 
 def default_taps(n_layers: int, n: int) -> list[int]:
@@ -469,6 +473,8 @@ def step_eval(args, target, tok, device) -> dict:
     drafter, cfg = load_trained(args, target, device, bf16_round=args.export_dtype == "bfloat16")
     _, ev = read_data(args)
     ev = [r for r in ev if r["mode"] == "greedy"]
+    ev = [r for r in ev if r["source"].startswith("bench-")] + \
+        [r for r in ev if not r["source"].startswith("bench-")][:args.eval_max]
     g = drafter.block_size
     thresholds = [0.0, 0.3, 0.5, 0.7, 0.9]
     per: dict = {}
@@ -630,6 +636,7 @@ def parse_args(argv=None):
     g.add_argument("--eval-every", type=int, default=500)
     g.add_argument("--eval-seqs", type=int, default=128)
     g.add_argument("--ckpt-every", type=int, default=500)
+    g.add_argument("--eval-max", type=int, default=96, help="held-out sequences the eval step decodes (+ the bench sets)")
     g = ap.add_argument_group("export")
     g.add_argument("--export-dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     g.add_argument("--core-only", action="store_true", help="trained tensors only, in shards <= 15 MiB")
