@@ -370,6 +370,7 @@ def step_train(args, target, tok, device) -> None:
         step, total, elapsed = st["step"], st["total"], st["elapsed"]
         gen.set_state(st["gen"])
         random.setstate(st["py_rng"])
+        total = total or (args.train_steps if step >= min(20, args.train_steps) else None)
         log(f"train: resumed at step {step}/{total}")
     else:
         random.seed(args.seed)
@@ -411,7 +412,7 @@ def step_train(args, target, tok, device) -> None:
     bar = tqdm(total=total or args.train_steps, initial=step, desc="train", unit="step", mininterval=5)
     t_start = time.time() - elapsed
     drafter.train()
-    while total is None or step < total:
+    while step < (total or args.train_steps):
         recs = random.sample(tr, min(args.batch, len(tr)))
         ids, att, lm = make_batch(recs, pad, args.max_len, device)
         anchors, keep = sample_anchors(lm, args.anchors, gen)
@@ -428,11 +429,11 @@ def step_train(args, target, tok, device) -> None:
         opt.step()
         step += 1
         bar.update(1)
-        if total is None and step == 20:
-            per = (time.time() - t_start) / 20
+        if total is None and step == min(20, args.train_steps):
+            per = (time.time() - t_start) / step
             total = args.train_steps
             if args.train_seconds:
-                total = max(40, min(total, int(args.train_seconds / per)))
+                total = max(step, min(total, int(args.train_seconds / per)))
             bar.total = total
             log(f"train: {per * 1000:.0f} ms/step -> {total} steps")
         if step % args.log_every == 0 or step == total:
