@@ -381,7 +381,8 @@ def step_train(args, target, tok, device) -> None:
     log(f"train: {len(tr)} training sequences, {len(ev)} held out, {n_params / 1e6:.2f}M trainable parameters")
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     cuda = device.type == "cuda"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
+    amp = args.amp if args.amp is not None else cuda
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext()
     weights = dict(decay=args.loss_decay, ce_w=args.ce_w, tv_w=args.tv_w, conf_w=args.conf_w)
     if cfg["markov_rank"] == 0:
         weights.update(ce_w=1.0, tv_w=0.0, conf_w=0.0)  # DeepSpec's DFlash recipe: CE only
@@ -629,6 +630,8 @@ def parse_args(argv=None):
     g.add_argument("--anchors", type=int, default=64)
     g.add_argument("--max-len", type=int, default=640)
     g.add_argument("--lr", type=float, default=6e-4)
+    g.add_argument("--amp", type=int, choices=(0, 1), default=None,
+                   help="bf16 autocast for the drafter (default: on for CUDA, off on the CPU)")
     g.add_argument("--loss-decay", type=float, default=4.0)
     g.add_argument("--ce-w", type=float, default=0.1)
     g.add_argument("--tv-w", type=float, default=0.9)
