@@ -84,6 +84,7 @@ dsp_status dsp_arch_load_hparams(const dsp_gguf *g, dsp_hparams *hp) {
         return st;
     /* linear scaling: rope.scaling.type = "linear" with rope.scaling.factor (older files: rope.scale_linear) */
     hp->rope_scale = 1.0f;
+    hp->rope_attn_factor = 1.0f;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     dsp_str stype;

@@ -26,6 +26,7 @@ typedef struct dsp_hparams {
     float rms_eps;
     float rope_base;
     float rope_scale;  /* linear position scaling (positions are divided by it); 1 = none */
+    float rope_attn_factor; /* cos/sin are multiplied by it (yarn's attention factor); 1 = none */
     int rope_dim;      /* rotated dimensions per head (<= head_dim) */
     bool rope_neox;    /* rotate pairs (i, i+d/2) instead of (2i, 2i+1) */
     bool qkv_bias;     /* qwen2 */

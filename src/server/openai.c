@@ -2,8 +2,8 @@
  *
  * Requests are untrusted: every field is type- and range-checked before anything it sizes is
  * allocated, and an error names the field (OpenAI's error.param). Omitted sampling fields take
- * OpenAI's API defaults (temperature 1, top_p 1, no penalties) because the GGUF models carry no
- * generation_config; note that the dspark CLI defaults to greedy instead. Unknown fields are
+ * the model's generation_config.json (Hugging Face directories), else OpenAI's API defaults
+ * (temperature 1, top_p 1, no penalties); note that the dspark CLI defaults to greedy instead. Unknown fields are
  * ignored (clients send extras); fields that would change the meaning of a request and are not
  * supported here (n > 1, tools, response_format other than text, suffix, best_of > 1, echo with
  * logprobs) are rejected with a 400 rather than silently dropped.
@@ -439,10 +439,18 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
         r->include_usage = iu && json_is_true(iu);
     }
 
-    /* sampling: OpenAI's defaults when omitted (the models carry no generation_config) */
+    /* sampling: the model's generation_config.json for fields the request omits, else OpenAI's defaults */
     dsp_gen_params *gp = &r->gp;
     gp->temperature = 1.0f;
     gp->top_p = 1.0f;
+    {
+        dsp_gen_defaults gd;
+        dsp_model_gen_defaults(s->model, &gd);
+        unsigned given = (field(root, "temperature") ? DSP_GEN_HAS_TEMPERATURE : 0) | (field(root, "top_p") ? DSP_GEN_HAS_TOP_P : 0) |
+                         (field(root, "top_k") ? DSP_GEN_HAS_TOP_K : 0) | (field(root, "min_p") ? DSP_GEN_HAS_MIN_P : 0) |
+                         (field(root, "repetition_penalty") ? DSP_GEN_HAS_REPETITION_PENALTY : 0);
+        dsp_gen_apply_defaults(&gd, given, gp);
+    }
     gp->mode = s->cfg.mode;
     if (s->cfg.max_draft > 0) gp->max_draft = s->cfg.max_draft;
     long long v = 0;

@@ -307,7 +307,18 @@ static int byte_token_value(const char *s, size_t n) {
     return v;
 }
 
+static dsp_status tok_create(const dsp_tok_params *p, dsp_tok **out);
+
 dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out) {
+    dsp_status st = tok_create(p, out);
+    if (p && p->pre_custom) { /* ours either way */
+        if (st) dsp_tok_pre_destroy((dsp_tok_pre *)p->pre_custom);
+        else (*out)->pre = (dsp_tok_pre *)p->pre_custom;
+    }
+    return st;
+}
+
+static dsp_status tok_create(const dsp_tok_params *p, dsp_tok **out) {
     *out = NULL;
     if (!p || !p->tokens) return dsp_error(DSP_ERR_INVALID_ARG, "tokenizer: no tokens given");
     if (p->n_tokens == 0 || p->n_tokens > MAX_TOKENS)
@@ -334,6 +345,11 @@ dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out) {
     t->add_bos = p->add_bos >= 0 ? p->add_bos != 0 : p->kind == DSP_TOK_SPM;
     t->add_eos = p->add_eos > 0;
     t->add_space_prefix = p->kind == DSP_TOK_SPM && !t->gemma && p->add_space_prefix != 0;
+    t->space_prefix_first_only = p->space_prefix_first_only;
+    t->space_prefix_unless_space = p->space_prefix_unless_space;
+    t->spm_split = p->spm_split;
+    t->decode_strip = t->add_space_prefix && !p->decode_keep_space;
+    t->ignore_merges = p->ignore_merges;
     if (t->add_bos && t->bos < 0) t->add_bos = false;
     if (t->add_eos && t->eos < 0) t->add_eos = false;
 
@@ -458,22 +474,32 @@ dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out) {
         for (size_t i = 0; i <= t->pm_mask; i++) t->pm_new[i] = -1;
         size_t skipped = 0;
         for (size_t i = 0; i < p->n_merges; i++) {
-            const char *m = p->merges && p->merges[i] ? p->merges[i] : "";
-            size_t ml = p->merge_lens ? p->merge_lens[i] : strlen(m);
-            const char *sp = memchr(m, ' ', ml);
-            if (!sp || ml > 2 * MAX_TOKEN_BYTES || memchr(sp + 1, ' ', ml - (size_t)(sp - m) - 1)) {
-                skipped++;
-                continue;
+            const char *m = p->merges && p->merges[i] ? p->merges[i] : "", *right;
+            size_t ml = p->merge_lens ? p->merge_lens[i] : strlen(m), la, lb;
+            if (p->merge_right) { /* pair form: the parts may contain spaces */
+                right = p->merge_right[i] ? p->merge_right[i] : "";
+                la = ml;
+                lb = p->merge_right_lens ? p->merge_right_lens[i] : strlen(right);
+                if (la > MAX_TOKEN_BYTES || lb > MAX_TOKEN_BYTES) {
+                    skipped++;
+                    continue;
+                }
+            } else {
+                const char *sp = memchr(m, ' ', ml);
+                if (!sp || ml > 2 * MAX_TOKEN_BYTES || memchr(sp + 1, ' ', ml - (size_t)(sp - m) - 1)) {
+                    skipped++;
+                    continue;
+                }
+                la = (size_t)(sp - m), lb = ml - la - 1, right = sp + 1;
             }
-            size_t la = (size_t)(sp - m), lb = ml - la - 1;
             bool sa = true, sb = true;
             size_t ka, kb;
             if (t->kind == DSP_TOK_BPE) {
                 ka = unspell(byte_of_cp, (const uint8_t *)m, la, buf, &sa);
-                kb = unspell(byte_of_cp, (const uint8_t *)sp + 1, lb, buf + ka, &sb);
+                kb = unspell(byte_of_cp, (const uint8_t *)right, lb, buf + ka, &sb);
             } else {
                 memcpy(buf, m, la);
-                memcpy(buf + la, sp + 1, lb);
+                memcpy(buf + la, right, lb);
                 ka = la;
                 kb = lb;
             }
@@ -580,7 +606,13 @@ dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out) {
         t->n_added++;
     }
 
-    if (t->kind == DSP_TOK_BPE && (st = dsp_tok_pre_create(p->pre, &t->pre))) goto fail;
+    if (p->added_flags) {
+        if (!(t->added_flags = malloc(n))) { st = dsp_error(DSP_ERR_NOMEM, "tokenizer: out of memory"); goto fail; }
+        memcpy(t->added_flags, p->added_flags, n);
+    }
+    if (t->kind == DSP_TOK_BPE) {
+        if (!p->pre_custom && (st = dsp_tok_pre_create(p->pre, &t->pre))) goto fail;
+    }
     *out = t;
     return DSP_OK;
 fail:
@@ -611,6 +643,7 @@ void dsp_tok_destroy(dsp_tok *t) {
     free(t->tr_key);
     free(t->tr_child);
     free(t->tr_term);
+    free(t->added_flags);
     free(t);
 }
 
@@ -779,6 +812,11 @@ int32_t dsp_tok_find(const dsp_tok *t, const char *s, size_t len) {
 
 /* ---- encode driver --------------------------------------------------------------------------- */
 
+/* HF's lstrip/rstrip take Unicode whitespace; ASCII whitespace covers the tokenizers we load */
+static bool is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+/* single_word: a match must not touch a word character (ASCII letters, digits, '_', or any non-ASCII) */
+static bool word_byte(uint8_t c) { return c >= 0x80 || c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'); }
+
 void dsp_tok_ids_free(dsp_tok_ids *ids) {
     free(ids->v);
     ids->v = NULL;
@@ -829,11 +867,23 @@ dsp_status dsp_tok_encode(const dsp_tok *t, const char *text, size_t len, int fl
             i += m;
             continue;
         }
-        if (i > seg && (st = dsp_tok_encode_segment(t, &sc, text + seg, i - seg, out))) goto done;
+        uint8_t af = t->added_flags ? t->added_flags[id] : 0;
+        if ((af & DSP_TOK_AF_SINGLE_WORD) && ((i > 0 && word_byte(s[i - 1])) || (i + m < len && word_byte(s[i + m])))) {
+            i++;
+            continue;
+        }
+        size_t start = i;
+        if (af & DSP_TOK_AF_LSTRIP) /* the whitespace before the token goes with it */
+            while (start > seg && is_ws(s[start - 1])) start--;
+        if (af & DSP_TOK_AF_RSTRIP)
+            while (i + m < len && is_ws(s[i + m])) m++;
+        sc.at_text_start = seg == 0;
+        if (start > seg && (st = dsp_tok_encode_segment(t, &sc, text + seg, start - seg, out))) goto done;
         if ((st = dsp_tok_ids_push(out, id))) goto done;
         i += m;
         seg = i;
     }
+    sc.at_text_start = seg == 0;
     if (len > seg && (st = dsp_tok_encode_segment(t, &sc, text + seg, len - seg, out))) goto done;
     if ((flags & DSP_TOKENIZE_ADD_SPECIAL) && t->add_eos && (st = dsp_tok_ids_push(out, t->eos))) goto done;
 done:
@@ -874,7 +924,7 @@ dsp_status dsp_detok_stream_create(const dsp_tok *t, int flags, dsp_detok_stream
     }
     s->t = t;
     s->flags = flags;
-    s->at_start = t->kind == DSP_TOK_SPM && t->add_space_prefix;
+    s->at_start = t->kind == DSP_TOK_SPM && t->decode_strip;
     *out = s;
     return DSP_OK;
 }

@@ -115,6 +115,10 @@ static dsp_status bpe_word(const dsp_tok *t, dsp_tok_scratch *sc, const char *w,
         int32_t id = t->byte_tok[(uint8_t)w[0]];
         return id >= 0 ? dsp_tok_ids_push(out, id) : DSP_OK;
     }
+    if (t->ignore_merges) { /* a piece that is a token as a whole stays whole */
+        int32_t id = dsp_tok_vocab_lookup(t, w, n);
+        if (id >= 0) return dsp_tok_ids_push(out, id);
+    }
     if ((st = grow_syms(sc, n))) return st;
     int32_t ns = 0;
     for (size_t i = 0; i < n;) {
@@ -196,7 +200,8 @@ dsp_status dsp_tok_encode_segment(const dsp_tok *t, dsp_tok_scratch *sc, const c
         sc->norm_cap = need;
     }
     size_t o = 0;
-    if (t->add_space_prefix && len) memcpy(sc->norm, "\xE2\x96\x81", 3), o = 3;
+    if (t->add_space_prefix && len && (!t->space_prefix_first_only || sc->at_text_start) && !(t->space_prefix_unless_space && (text[0] == ' ' || (len >= 3 && !memcmp(text, "\xE2\x96\x81", 3)))))
+        memcpy(sc->norm, "\xE2\x96\x81", 3), o = 3;
     for (size_t i = 0; i < len; i++) {
         if (text[i] == ' ') memcpy(sc->norm + o, "\xE2\x96\x81", 3), o += 3;
         else sc->norm[o++] = text[i];
@@ -209,7 +214,7 @@ dsp_status dsp_tok_encode_segment(const dsp_tok *t, dsp_tok_scratch *sc, const c
         size_t b = i - 1;
         while (b > start && (w[b] & 0xC0) == 0x80) b--;
         uint32_t cp = dsp_utf8_decode_at(w + b, i - b);
-        if (cp == 0x2581 || in_sorted(t->cross_cp, t->n_cross, cp)) continue;
+        if (!t->spm_split && (cp == 0x2581 || in_sorted(t->cross_cp, t->n_cross, cp))) continue;
         if ((st = bpe_word(t, sc, sc->norm + start, i - start, out))) return st;
         start = i;
     }
