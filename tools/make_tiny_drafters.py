@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """A tiny Qwen3 target (Hugging Face directory) and block drafters for it in every published layout.
 
-numpy + safetensors only (CI's .venv runs it); every file is bit-reproducible (numpy's frozen
-legacy MT19937 stream through make_tiny_models._Rng, plain IEEE arithmetic, float32 little-endian
-safetensors written by the `safetensors` package with sorted keys). The sha256 of every file is
+numpy only (CI's .venv runs it); every file is bit-reproducible (numpy's frozen legacy MT19937
+stream through make_tiny_models._Rng, plain IEEE arithmetic, float32 safetensors written as the
+reference writer does by make_tiny_hf.write_safetensors). The sha256 of every file is
 recorded in tests/fixtures/drafters/manifest.json and checked by tests/py/test_tiny_drafters.py.
 
 Written (under --out, default build/tiny-drafters):
@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
 import math
 import os
@@ -74,6 +73,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import make_tiny_hf as mth  # noqa: E402
 import make_tiny_models as mtm  # noqa: E402
 
 VOCAB = 512
@@ -87,10 +87,6 @@ SLOW = HD // 2 - 1                 # rotate-half pair (SLOW, SLOW + HD/2) has th
 TARGET_SEED, DRAFT_SEED = 4242, 5353
 MARKOV_GAIN = 4.0
 K = math.sqrt(3.0)                 # uniform(-K s, K s) has std s
-
-# Qwen2/3's pre-tokenizer split (tokenizer.json of the Qwen models)
-QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
-              r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
 DRAFTERS = ("zlab-dflash-b16", "deepspec-dspark-b7", "deepspec-dflash-b7", "modelopt-dspark-b7")
 
@@ -161,33 +157,12 @@ def target_config() -> dict:
 
 
 def tokenizer_files() -> dict[str, dict]:
-    """tokenizer.json (byte-level BPE, Qwen2 pre-tokenizer) and tokenizer_config.json; the
-    vocabulary is make_tiny_models.build_vocab(511) plus the mask token as id 511."""
-    tokens, types, merges = mtm.build_vocab(VOCAB - 1)
-    tokens = tokens + [MASK_TOKEN]
-    specials = set(mtm.SPECIAL_TOKENS) | {MASK_TOKEN}
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i, t in enumerate(tokens) if t in specials]
-    tok = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": QWEN_SPLIT}, "behavior": "Isolated", "invert": False},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-        ]},
-        "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                           "use_regex": False},
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                    "use_regex": False},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
-                  "ignore_merges": False,
-                  "vocab": {t: i for i, t in enumerate(tokens)},
-                  "merges": [m.split(" ") for m in merges]},
-    }
+    """tokenizer.json (make_tiny_hf's byte-level BPE with Qwen2's pre-tokenizer, vocabulary
+    make_tiny_models.build_vocab(511)) plus the mask token as id 511, and tokenizer_config.json."""
+    tok = mth.tokenizer_json({"vocab": VOCAB - 1, "pre": "qwen2"})
+    tok["model"]["vocab"][MASK_TOKEN] = MASK_ID
+    tok["added_tokens"].append({"id": MASK_ID, "content": MASK_TOKEN, "single_word": False, "lstrip": False,
+                                "rstrip": False, "normalized": False, "special": True})
     cfg = {
         "tokenizer_class": "Qwen2Tokenizer",
         "add_bos_token": False,
@@ -357,25 +332,6 @@ def drafter(name: str, tw: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.nd
 # --------------------------------------------------------------------------------------------
 # writing
 
-def _write_json(path: str, obj) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False, sort_keys=True)
-        f.write("\n")
-
-
-def _write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
-    from safetensors.numpy import save_file
-    save_file({k: tensors[k] for k in sorted(tensors)}, path, metadata={"format": "pt"})
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def make_all(out_dir: str) -> dict[str, str]:
     """Write the target and every drafter; returns {relative path: sha256}."""
     tw = target_weights()
@@ -390,12 +346,13 @@ def make_all(out_dir: str) -> dict[str, str]:
     for name, (cfg, w, extra) in dirs.items():
         d = os.path.join(out_dir, name)
         os.makedirs(d, exist_ok=True)
-        _write_json(os.path.join(d, "config.json"), cfg)
-        _write_safetensors(os.path.join(d, "model.safetensors"), w)
+        mth.write_json(os.path.join(d, "config.json"), cfg)
+        mth.write_safetensors(os.path.join(d, "model.safetensors"),
+                              [(k, v.shape, v.tobytes()) for k, v in w.items()], "f32")
         for fname, obj in extra.items():
-            _write_json(os.path.join(d, fname), obj)
+            mth.write_json(os.path.join(d, fname), obj)
         for fname in sorted(os.listdir(d)):
-            out[f"{name}/{fname}"] = sha256_file(os.path.join(d, fname))
+            out[f"{name}/{fname}"] = mtm.sha256_file(os.path.join(d, fname))
     return out
 
 

@@ -1,4 +1,4 @@
-"""CI-safe checks (numpy + safetensors) of the tiny drafter models and their reference traces.
+"""CI-safe checks (numpy only) of the tiny drafter models and their reference traces.
 
 * tools/make_tiny_drafters.py regenerates the target and every drafter bit for bit: each file's
   sha256 equals tests/fixtures/drafters/manifest.json (generator and fixtures cannot drift);
@@ -23,9 +23,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 FIX = os.path.join(ROOT, "tests", "fixtures", "drafters")
 
-safetensors = pytest.importorskip("safetensors", reason="safetensors missing from the venv (requirements-test.txt)")
+import numpy as np  # noqa: E402
+
 import make_tiny_drafters as mtd  # noqa: E402
-from safetensors.numpy import load_file  # noqa: E402
+
+
+def load_file(path):
+    """{name: float32 array} of a safetensors file (8-byte header length, JSON header, data)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    hdr = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        assert v["dtype"] == "F32", (k, v["dtype"])
+        a, b = v["data_offsets"]
+        out[k] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype="<f4").reshape(v["shape"])
+    return out
 
 
 def _manifest():
