@@ -319,9 +319,8 @@ def block_terms(drafter, target, ids, att, lm, anchors, keep, autocast):
     lab_idx = (anchors[:, :, None] + torch.arange(g, device=ids.device) + 1).clamp(max=T - 1)
     in_answer = torch.gather(lm[:, None, :].expand(-1, anchors.shape[1], -1), 2, lab_idx) > 0.5
     emask = (valid & in_answer & keep[:, :, None]).int().cumprod(-1).bool()
-    pred_idx = lab_idx - 1
-    tl = torch.gather(tlogits[:, None].expand(-1, anchors.shape[1], -1, -1), 2,
-                      pred_idx[..., None].expand(-1, -1, -1, tlogits.shape[-1]))
+    rows = torch.arange(ids.shape[0], device=ids.device)[:, None, None]
+    tl = tlogits[rows, lab_idx - 1]  # the target's distribution for each label position
     return logits, conf, labels, emask, tl
 
 
