@@ -35,6 +35,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--deepspec", default=os.path.join(os.path.dirname(HERE), ".cache", "deepspec"))
     ap.add_argument("--json", default=None, help="write the summary here")
+    ap.add_argument("--trace", default=None,
+                    help="write DeepSpec's rounds here, one run per line, in tests/fixtures/drafters' format")
     a = ap.parse_args(argv)
 
     import torch
@@ -60,6 +62,7 @@ def main(argv=None) -> int:
     rounds = same = skipped = 0
     acc_ref = []
     lossless = True
+    traces = []
     for p in ps:
         pids = tok(tok.apply_chat_template(p["messages"], add_generation_prompt=True, tokenize=False),
                    add_special_tokens=False)["input_ids"]
@@ -70,6 +73,10 @@ def main(argv=None) -> int:
                                      eos_token_id=stop, pad_token_id=stop[0])[0, len(pids):].tolist()
             n = min(len(greedy), len(run["output_ids"]))
             lossless &= greedy[:n] == run["output_ids"][:n]
+            traces.append({"format": gdf.FORMAT, "drafter": os.path.basename(os.path.normpath(a.drafter)),
+                           "prompt": f"heldout-{p['id']}", "messages": p["messages"], "prompt_ids": pids,
+                           "threshold": 0.0, "max_draft": None, "max_new_tokens": a.max_new, "stop_ids": stop,
+                           "output_ids": run["output_ids"], "greedy_ids": greedy, "rounds": run["rounds"]})
             taps, _ = td.target_forward(target, ids[None], torch.ones_like(ids)[None], cfg["target_layer_ids"])
             for rd in run["rounds"]:
                 if rd["pos"] >= len(ids):
@@ -86,6 +93,10 @@ def main(argv=None) -> int:
            "deepspec_lossless": bool(lossless),
            "deepspec_mean_accepted_len": round(sum(acc_ref) / max(len(acc_ref), 1), 4)}
     print(json.dumps(out))
+    if a.trace:
+        with open(a.trace, "w", encoding="utf-8") as f:
+            for t in traces:
+                f.write(json.dumps(t, ensure_ascii=False, separators=(",", ":")) + "\n")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
