@@ -46,6 +46,7 @@ def main(argv=None) -> int:
     from model import Drafter
 
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # a CPU check: one thread, no spinning against other loads
     ds = gdf._install_deepspec(a.deepspec)
     target, tok = td.load_target(a.target, torch.device("cpu"))
     ref = ds.Qwen3DSparkModel.from_pretrained(a.drafter, dtype=torch.float32, attn_implementation="sdpa").eval()
