@@ -5,7 +5,6 @@
 
 #include "dspark.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -433,10 +433,18 @@ static void on_readable(dsp_srv_door *d, int i, short revents) {
     } else if (parse_head(d->peek, end, d->s->cfg.max_body, &h, &kind, msg, sizeof msg)) {
         bool draining = atomic_load(&d->s->draining);
         bool health = !strcmp(h.path, "/health") && (!strcmp(h.method, "GET") || !strcmp(h.method, "HEAD"));
-        if (health) {
+        if (health) { /* with what the engine is doing */
+            pthread_mutex_lock(&d->s->q_mu);
+            dsp_srv_engine_stats es = d->s->engine_stats;
+            int queued = d->s->q_len;
+            pthread_mutex_unlock(&d->s->q_mu);
             char body[512];
-            bool ok = dsp_srv_health_json(d->s, body, sizeof body);
-            send_reply(p->fd, ok ? 200 : 503, body, !strcmp(h.method, "HEAD"), ok ? 0 : 5);
+            snprintf(body, sizeof body,
+                     "{\"status\":\"%s\",\"requests_running\":%u,\"requests_waiting\":%u,\"kv_blocks\":%llu,\"kv_blocks_used\":%llu,"
+                     "\"kv_blocks_cached\":%llu,\"block_tokens\":%u,\"peak_batch\":%u}",
+                     draining ? "shutting down" : "ok", es.running, es.waiting + (unsigned)queued, (unsigned long long)es.kv_blocks_total,
+                     (unsigned long long)es.kv_blocks_used, (unsigned long long)es.kv_blocks_cached, es.block_tokens, es.peak_running);
+            send_reply(p->fd, draining ? 503 : 200, body, !strcmp(h.method, "HEAD"), draining ? 5 : 0);
             linger_close(d, p->fd);
             pend_remove(d, i, true);
             return;

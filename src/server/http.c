@@ -495,20 +495,6 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     *con_cls = NULL;
 }
 
-bool dsp_srv_health_json(dsp_srv *s, char *buf, size_t cap) {
-    bool draining = atomic_load(&s->draining);
-    pthread_mutex_lock(&s->q_mu);
-    dsp_engine_stats es = s->stats;
-    int queued = s->q_len;
-    pthread_mutex_unlock(&s->q_mu);
-    snprintf(buf, cap,
-             "{\"status\":\"%s\",\"requests_running\":%u,\"requests_waiting\":%u,\"kv_blocks\":%u,\"kv_blocks_used\":%u,"
-             "\"kv_blocks_cached\":%u,\"block_tokens\":%u,\"peak_batch\":%u}",
-             draining ? "shutting down" : "ok", es.running, es.waiting + (unsigned)queued, es.kv_blocks, es.kv_blocks_used, es.kv_blocks_cached,
-             es.block_tokens, es.peak_running);
-    return !draining;
-}
-
 /* ---- daemon ---------------------------------------------------------------------------------------- */
 
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode code) {

@@ -4,7 +4,7 @@
  * status) and by the engine thread when a request finishes (tokens, latencies, speculation);
  * /metrics reads them without stopping anything. What only the engine knows (KV blocks used /
  * cached, prefix-cache hits, requests waiting and running) comes from dsp_engine_get_stats,
- * copied by the engine thread after every round into s->stats.
+ * copied by the engine thread after every round into s->engine_stats.
  *
  * Names (all prefixed dspark_):
  *   requests_total{endpoint, status}       counter
@@ -115,16 +115,18 @@ char *dsp_srv_metrics_text(dsp_srv *s) {
     hist(&b, "dspark_inter_token_latency_seconds", "Time between generated tokens (each request's mean gap, once per gap).", k_itl_b,
          (int)(sizeof k_itl_b / sizeof *k_itl_b), m->itl, &m->itl_sum_us, &m->itl_count);
     pthread_mutex_lock(&s->q_mu);
-    dsp_engine_stats es = s->stats;
+    dsp_srv_engine_stats es = s->engine_stats;
     int q = s->q_len + (int)es.waiting, running = (int)es.running;
     pthread_mutex_unlock(&s->q_mu);
     scalar(&b, "dspark_queue_depth", "gauge", "Requests waiting for the engine.", q);
     scalar(&b, "dspark_requests_running", "gauge", "Requests the engine is generating.", running);
     scalar(&b, "dspark_connections_open", "gauge", "Client connections open.", dsp_srv_door_open(s));
-    scalar(&b, "dspark_kv_blocks_used", "gauge", "KV cache blocks holding live sequences.", (double)es.kv_blocks_used);
-    scalar(&b, "dspark_kv_blocks_cached", "gauge", "KV cache blocks kept for prefix reuse.", (double)es.kv_blocks_cached);
-    scalar(&b, "dspark_kv_blocks_total", "gauge", "KV cache blocks in the pool.", (double)es.kv_blocks);
-    scalar(&b, "dspark_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache.", (double)es.cached_tokens);
+    if (es.kv_valid) {
+        scalar(&b, "dspark_kv_blocks_used", "gauge", "KV cache blocks holding live sequences.", (double)es.kv_blocks_used);
+        scalar(&b, "dspark_kv_blocks_cached", "gauge", "KV cache blocks kept for prefix reuse.", (double)es.kv_blocks_cached);
+        scalar(&b, "dspark_kv_blocks_total", "gauge", "KV cache blocks in the pool.", (double)es.kv_blocks_total);
+        scalar(&b, "dspark_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache.", (double)es.prefix_hit_tokens);
+    }
     scalar(&b, "dspark_spec_rounds_total", "counter", "Target forwards that decided tokens (speculation rounds).", (double)atomic_load(&m->spec_rounds));
     scalar(&b, "dspark_spec_drafted_tokens_total", "counter", "Draft tokens proposed and verified.", (double)atomic_load(&m->spec_drafted));
     scalar(&b, "dspark_spec_accepted_tokens_total", "counter", "Draft tokens accepted.", (double)atomic_load(&m->spec_accepted));

@@ -16,6 +16,8 @@
  * counted in usage.completion_tokens. */
 #include "server/server.h"
 
+#include "core/utf8.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -70,50 +72,16 @@ static bool reject_field(json_t *root, const char *key, const char *why, dsp_srv
     return dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, key, "'%s' is not supported by this server%s", key, why);
 }
 
-/* ---- UTF-8 ---------------------------------------------------------------------------------- */
-
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
-static size_t u8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned min;
-    if ((c & 0xE0) == 0xC0) len = 2, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) len = 3, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) len = 4, min = 0x10000;
-    else return 0;
-    if (len > n) return 0;
-    unsigned cp = c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
 /* A JSON string of bytes that may not be valid UTF-8 (a token piece can be part of a character):
- * invalid bytes become U+FFFD. */
+ * each maximal invalid subsequence becomes U+FFFD, as the tokenizer's decoder does. */
 static json_t *jstr_lossy(const char *p, size_t n) {
     json_t *j = json_stringn(p, n);
     if (j) return j;
-    char *t = malloc(n * 3 + 1);
-    if (!t) return json_string("");
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t l = u8_seq((const unsigned char *)p + i, n - i);
-        if (l) memcpy(t + o, p + i, l), o += l, i += l;
-        else memcpy(t + o, "\xEF\xBF\xBD", 3), o += 3, i++;
-    }
-    j = json_stringn(t, o);
+    size_t tn;
+    char *t = dsp_utf8_sanitize(p, n, &tn);
+    j = t ? json_stringn(t, tn) : NULL;
     free(t);
     return j ? j : json_string("");
-}
-
-static size_t u8_chars(const char *s, size_t n) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return c;
 }
 
 /* ---- request parsing ------------------------------------------------------------------------- */
@@ -581,19 +549,18 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
     if (!get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &have, e)) goto out;
     if (have) gp->seed = (uint64_t)v;
     if (!get_bool(root, "ignore_eos", &gp->ignore_eos, e)) goto out;
-    /* extensions: speculation per request (always lossless: only the speed changes) */
-    json_t *mode = field(root, "mode");
-    if (mode) {
-        const char *m = json_is_string(mode) ? json_string_value(mode) : "";
-        if (!strcmp(m, "baseline")) gp->mode = DSP_SPEC_BASELINE;
-        else if (!strcmp(m, "lookup")) gp->mode = DSP_SPEC_LOOKUP;
-        else if (!strcmp(m, "auto")) gp->mode = DSP_SPEC_AUTO;
+    json_t *dm = field(root, "dspark_mode"); /* extension: this request's speculation mode */
+    if (dm) {
+        const char *m = json_string_value(dm);
+        if (m && !strcmp(m, "auto")) gp->mode = DSP_SPEC_AUTO;
+        else if (m && !strcmp(m, "lookup")) gp->mode = DSP_SPEC_LOOKUP;
+        else if (m && !strcmp(m, "baseline")) gp->mode = DSP_SPEC_BASELINE;
         else {
-            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "mode", "'mode' must be one of \"auto\", \"lookup\", \"baseline\"");
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "dspark_mode", "'dspark_mode' must be 'auto', 'lookup' or 'baseline'");
             goto out;
         }
     }
-    if (!get_int(root, "max_draft", 1, DSP_MAX_DRAFT, &v, &have, e)) goto out;
+    if (!get_int(root, "dspark_max_draft", 1, DSP_MAX_DRAFT, &v, &have, e)) goto out; /* extension */
     if (have) gp->max_draft = (int32_t)v;
 
     /* length */
@@ -709,9 +676,9 @@ static json_t *logprobs_json(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out
         return json_pack("{s:o, s:n}", "content", content, "refusal");
     }
     json_t *tokens = json_array(), *tlp = json_array(), *tops = json_array(), *offs = json_array();
-    size_t base = r->echo_text ? u8_chars(r->echo_text, r->echo_len) : 0;
+    size_t base = r->echo_text ? dsp_utf8_count(r->echo_text, r->echo_len) : 0;
     uint32_t prev_end = from > 0 ? o->toks[from - 1].text_end : 0;
-    size_t chars = base + u8_chars(o->text ? o->text : "", prev_end);
+    size_t chars = base + dsp_utf8_count(o->text ? o->text : "", prev_end);
     for (size_t i = from; i < to; i++) {
         const dsp_srv_tok *t = &o->toks[i];
         size_t n;
@@ -735,7 +702,7 @@ static json_t *logprobs_json(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out
         free(p);
         json_array_append_new(tops, d);
         json_array_append_new(offs, json_integer((json_int_t)chars));
-        chars += u8_chars(o->text + prev_end, t->text_end - prev_end);
+        chars += dsp_utf8_count(o->text + prev_end, t->text_end - prev_end);
         prev_end = t->text_end;
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", tlp, "top_logprobs", tops, "text_offset", offs);

@@ -1,7 +1,7 @@
 /* server/page: the chat page served at GET / (one self-contained document: no CDN, no build step).
  * It talks to /v1/chat/completions with stream: true, shows reasoning apart from the answer, has a
  * stop button (the request is aborted, which cancels the generation), a system prompt, temperature,
- * the speculation mode (the request's "mode" extension) and, per answer, live chunks/s and then the dspark block:
+ * the speculation mode (the request's dspark_mode extension) and, per answer, live chunks/s and then the dspark block:
  * mode, decode tok/s, mean accepted length, TTFT. The source is kept readable here on purpose. */
 #include "server/server.h"
 
@@ -50,7 +50,7 @@ static const char k_page[] =
     "  $(\"msg\").value=\"\";add(\"user\",text);history.push({role:\"user\",content:text});\n"
     "  const msgs=($(\"sys\").value?[{role:\"system\",content:$(\"sys\").value}]:[]).concat(history);\n"
     "  const body={messages:msgs,stream:true,temperature:parseFloat($(\"temp\").value)||0};\n"
-    "  if($(\"mode\").value)body.mode=$(\"mode\").value;\n"
+    "  if($(\"mode\").value)body.dspark_mode=$(\"mode\").value;\n"
     "  const box=add(\"assistant\",\"\"),think=document.createElement(\"div\"),out=document.createElement(\"div\"),st=document.createElement(\"div\");\n"
     "  think.className=\"think\";st.className=\"stats\";box.append(think,out,st);think.hidden=true;\n"
     "  ctl=new AbortController();$(\"stop\").disabled=false;$(\"send\").disabled=true;\n"

@@ -196,9 +196,27 @@ static void take_inbox(dsp_srv *s, dsp_srv_req **inflight) {
     }
 }
 
+/* The engine's own numbers for /metrics (metrics.c reads them under q_mu). */
+static void publish_stats(dsp_srv *s) {
+    dsp_engine_stats es;
+    dsp_engine_get_stats(s->engine, &es);
+    pthread_mutex_lock(&s->q_mu);
+    s->engine_stats.kv_valid = true;
+    s->engine_stats.waiting = es.waiting;
+    s->engine_stats.running = es.running;
+    s->engine_stats.kv_blocks_used = es.kv_blocks_used;
+    s->engine_stats.kv_blocks_cached = es.kv_blocks_cached;
+    s->engine_stats.kv_blocks_total = es.kv_blocks;
+    s->engine_stats.prefix_hit_tokens = es.cached_tokens;
+    s->engine_stats.block_tokens = es.block_tokens;
+    s->engine_stats.peak_running = es.peak_running;
+    pthread_mutex_unlock(&s->q_mu);
+}
+
 static void *engine_main(void *arg) {
     dsp_srv *s = arg;
     dsp_srv_req *inflight = NULL; /* submitted to the engine, linked by next (this thread only) */
+    publish_stats(s); /* /health and /metrics show the KV pool before the first round */
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
         while (!s->q_head && !inflight && !s->q_stop) pthread_cond_wait(&s->q_cv, &s->q_mu);
@@ -216,11 +234,7 @@ static void *engine_main(void *arg) {
         size_t n_ev = 0;
         dsp_status st = dsp_engine_step(s->engine, &ev, &n_ev);
         if (st) fprintf(stderr, "dspark serve: engine: %s\n", dsp_last_error());
-        dsp_engine_stats es;
-        dsp_engine_get_stats(s->engine, &es);
-        pthread_mutex_lock(&s->q_mu);
-        s->stats = es;
-        pthread_mutex_unlock(&s->q_mu);
+        publish_stats(s);
         for (size_t i = 0; i < n_ev; i++) {
             dsp_srv_req *r = ev[i].user;
             if (ev[i].type == DSP_EVENT_TOKEN) {

@@ -2,6 +2,8 @@
  * thread and the HTTP daemon; tear down in the reverse order. */
 #include "server/server.h"
 
+#include "core/file.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,25 +30,6 @@ void dsp_srv_config_default(dsp_srv_config *c) {
     c->cp.max_batch = 8;
 }
 
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && n < (1L << 24) && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-            } else {
-                buf[n] = '\0';
-            }
-        }
-    }
-    fclose(f);
-    return buf;
-}
-
 dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     *out = NULL;
     dsp_srv *s = calloc(1, sizeof *s);
@@ -67,8 +50,8 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     *out = s;
     if (dsp_srv_metrics_create(s)) return DSP_ERR_NOMEM;
 
-    if (cfg->chat_template && !(s->template_src = read_file(cfg->chat_template))) {
-        fprintf(stderr, "dspark serve: cannot read --chat-template %s\n", cfg->chat_template);
+    if (cfg->chat_template && dsp_file_read(cfg->chat_template, (size_t)1 << 24, &s->template_src, NULL)) {
+        fprintf(stderr, "dspark serve: cannot read --chat-template: %s\n", dsp_last_error());
         return DSP_ERR_IO;
     }
 
@@ -104,7 +87,6 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     s->n_ctx = dsp_engine_n_ctx(s->engine);
     dsp_engine_stats es;
     dsp_engine_get_stats(s->engine, &es);
-    s->stats = es; /* /health and /metrics before the first round */
     fprintf(stderr, "dspark serve: engine on %s: %u-token context, up to %d requests per round, KV cache %u tokens%s\n",
             dsp_engine_backend(s->engine), s->n_ctx, cfg->cp.max_batch, es.kv_blocks * es.block_tokens,
             cfg->cp.no_prefix_cache ? " (no prefix cache)" : " with prefix cache");

@@ -245,6 +245,15 @@ typedef struct dsp_srv_metrics {
     atomic_uint_fast64_t accept_hist[DSP_MAX_DRAFT + 2];
 } dsp_srv_metrics;
 
+/* What only the engine knows, filled by the scheduler under q_mu (kv_valid once it is wired). */
+typedef struct dsp_srv_engine_stats {
+    bool kv_valid;
+    uint32_t waiting, running;   /* requests in the engine */
+    uint64_t kv_blocks_used, kv_blocks_cached, kv_blocks_total;
+    uint64_t prefix_hit_tokens;
+    uint32_t block_tokens, peak_running; /* KV block size; most requests that shared one round */
+} dsp_srv_engine_stats;
+
 struct dsp_srv;
 dsp_status dsp_srv_metrics_create(struct dsp_srv *s);
 void dsp_srv_metrics_destroy(struct dsp_srv *s);
@@ -280,7 +289,6 @@ struct dsp_srv {
     dsp_srv_req *q_head, *q_tail; /* the inbox */
     int q_len;
     int n_inflight;              /* submitted to the engine, not yet done */
-    dsp_engine_stats stats;      /* the engine's, after its last round */
     bool q_stop;                 /* the engine thread exits when the queue is empty */
     atomic_bool draining;        /* refuse new requests (503) */
     atomic_bool hard_stop;       /* cancel whatever runs; fail whatever waits */
@@ -292,6 +300,7 @@ struct dsp_srv {
 
 
     dsp_srv_metrics *metrics;
+    dsp_srv_engine_stats engine_stats; /* guarded by q_mu */
     struct MHD_Daemon *daemon;
     struct dsp_srv_door *door;   /* accepts connections and screens request heads (door.c) */
     atomic_int n_active;         /* generation requests whose reply is not yet sent */
@@ -391,8 +400,6 @@ void dsp_srv_door_stop(dsp_srv *s);      /* stop accepting; close connections no
 void dsp_srv_door_destroy(dsp_srv *s);
 void dsp_srv_door_closed(dsp_srv *s, int fd); /* libmicrohttpd closed a connection handed to it */
 int dsp_srv_door_open(dsp_srv *s);       /* connections open now */
-/* GET /health's body: status and the engine's state (requests, KV blocks); false while draining. */
-bool dsp_srv_health_json(dsp_srv *s, char *buf, size_t cap);
 /* Write a whole error response (with "Connection: close") straight to a socket, logging it. */
 void dsp_srv_send_error_fd(int fd, const dsp_srv_error *e, const char *what);
 

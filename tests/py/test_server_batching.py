@@ -64,7 +64,7 @@ def mixed_requests():
                 body["logprobs"] = 2
         if kind == 5:
             body["stop"] = ["\n\n", "."]
-        body["mode"] = "lookup" if i % 4 in (1, 2) else "baseline"
+        body["dspark_mode"] = "lookup" if i % 4 in (1, 2) else "baseline"
         if body["stream"]:
             body["stream_options"] = {"include_usage": True}
         reqs.append(("/v1/chat/completions" if chat else "/v1/completions", body))
