@@ -72,11 +72,23 @@ typedef struct dsp_rope {
     const dsp_buf *inv_freq; /* (rot_dim / 2), built by the caller once */
 } dsp_rope;
 
+/* What one model's forwards need at most (for dsp_backend_ops.reserve). */
+typedef struct dsp_be_limits {
+    int max_tokens;          /* rows in one forward */
+    int max_width;           /* widest matmul input (n_embd, n_ff, n_head * head_dim) */
+    int max_group;           /* query heads per KV head */
+    uint32_t max_keys;       /* KV positions one row attends to (the context length) */
+    int max_rot_dim;         /* RoPE dimensions */
+} dsp_be_limits;
+
 typedef struct dsp_backend_ops {
     const char *name;        /* "cpu", "cuda" */
     void (*destroy)(dsp_backend *be);
 
     /* ---- memory (outside a forward) ---- */
+    /* Size per-forward scratch for a model that will run here (each forward that shares the backend
+     * calls it once, at creation; the backend keeps the maximum of every field). */
+    dsp_status (*reserve)(dsp_backend *be, const dsp_be_limits *lim);
     dsp_status (*buf_create)(dsp_backend *be, size_t n_floats, dsp_buf **out);
     void (*buf_destroy)(dsp_backend *be, dsp_buf *b);
     /* A weight: the backend keeps what it needs (the CPU points into t->data; CUDA uploads, maybe
