@@ -50,6 +50,8 @@ dsp_status dsp_ctx_create(dsp_model *m, const dsp_ctx_params *p, dsp_ctx **out) 
     fp.n_ctx = p->n_ctx;
     fp.kv_tokens = p->kv_tokens;
     if (p->max_batch_tokens) fp.max_batch_tokens = p->max_batch_tokens;
+    fp.max_logits = DSP_ENGINE_MAX_ROWS;
+    fp.max_taps = DSP_SPEC_MAX_TAPS;
     dsp_status st = dsp_fwd_create(m, &fp, &c->fwd);
     if (st) {
         free(c);

@@ -452,7 +452,7 @@ void tensor_name(const dsp_tensor *t, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", (int)(t->name.len < 200 ? t->name.len : 200), t->name.ptr ? t->name.ptr : "");
 }
 
-bool is_matrix(const dsp_tensor *t) { return t->n_dims >= 2; }
+bool is_matrix(const dsp_tensor *t) { return t->n_elems != t->ne[0]; } /* as the CPU backend: 1-D = vector */
 
 /* bytes a tensor takes on the device; 0 (with the error set) if it cannot run here */
 uint64_t weight_bytes(const dsp_tensor *t, dsp_status *st) {

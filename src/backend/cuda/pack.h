@@ -40,7 +40,13 @@
 #ifndef DSP_BACKEND_CUDA_PACK_H
 #define DSP_BACKEND_CUDA_PACK_H
 
+#ifdef __cplusplus
+extern "C" {
 #include "core/dtype.h"
+}
+#else
+#include "core/dtype.h"
+#endif
 
 #include <stdbool.h>
 #include <stddef.h>
