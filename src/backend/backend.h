@@ -154,6 +154,9 @@ typedef struct dsp_backend_ops {
     dsp_status (*argmax)(dsp_backend *be, const dsp_buf *logits, int n_rows, int n_vocab, int32_t *out);
     dsp_status (*top_logprobs)(dsp_backend *be, const dsp_buf *logits, int n_rows, int n_vocab, int k, int32_t *ids,
                                float *lp, float *lse);
+    /* Measured read bandwidth of the device's memory in GB/s: a streaming read of `bytes` (median of
+     * 5 runs), for benchmarks' roofline figures; 0 if it could not be measured. */
+    double (*read_bandwidth)(dsp_backend *be, size_t bytes);
 } dsp_backend_ops;
 
 struct dsp_backend {

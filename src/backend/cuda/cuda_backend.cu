@@ -72,7 +72,7 @@ constexpr size_t MARGIN = 256ull << 20; /* device memory left free for the runti
 
 struct cu_backend {
     dsp_backend base; /* first: the ops table sees a dsp_backend */
-    int dev;
+    int dev, n_sm;
     cudaStream_t st;
     cudaEvent_t upload_done;
     bool graphs, progress, kv_bf16;
@@ -432,7 +432,7 @@ dsp_status cu_buf_create(dsp_backend *be, size_t n, dsp_buf **out) {
         free(buf);
         return st;
     }
-    cudaMemset(buf->d, 0, n * sizeof(float));
+    cudaMemsetAsync(buf->d, 0, n * sizeof(float), b->st); /* ordered before any forward on the stream */
     buf->n = n;
     *out = buf;
     return DSP_OK;
@@ -592,10 +592,8 @@ dsp_status cu_kv_create(dsp_backend *be, int n_layers, int kv_dim, int block_tok
     const size_t bytes = (size_t)n_layers * n_blocks * (size_t)block_tokens * (size_t)kv_dim * 2;
     dsp_status st = dev_alloc(b, (void **)&kv->k, bytes, "the KV cache (keys)");
     if (!st) st = dev_alloc(b, (void **)&kv->v, bytes, "the KV cache (values)");
-    if (!st) {
-        cudaMemset(kv->k, 0, bytes);
-        cudaMemset(kv->v, 0, bytes);
-    }
+    if (!st && (cudaMemsetAsync(kv->k, 0, bytes, b->st) != cudaSuccess || cudaMemsetAsync(kv->v, 0, bytes, b->st) != cudaSuccess))
+        st = cu_fail(cudaGetLastError(), "clearing the KV cache");
     if (st) {
         cudaFree(kv->k), cudaFree(kv->v);
         free(s);
@@ -894,6 +892,13 @@ dsp_status cu_top_logprobs(dsp_backend *be, const dsp_buf *logits, int n_rows, i
     return e == cudaSuccess ? DSP_OK : cu_fail(e, "top logprobs");
 }
 
+double cu_read_bandwidth(dsp_backend *be, size_t bytes) {
+    cu_backend *b = B(be);
+    DSP_ASSERT(!b->in_fwd);
+    cudaSetDevice(b->dev);
+    return dsp_cu_read_bandwidth(bytes, b->n_sm, b->st);
+}
+
 const dsp_backend_ops g_ops = {
     "cuda",
     cu_destroy,
@@ -922,6 +927,7 @@ const dsp_backend_ops g_ops = {
     cu_check_weights,
     cu_argmax,
     cu_top_logprobs,
+    cu_read_bandwidth,
 };
 
 /* the device can run this build's kernels (sm_90 machine code or its PTX) */
@@ -973,6 +979,7 @@ extern "C" dsp_status dsp_backend_cuda_create(const dsp_backend_params *p, dsp_b
     snprintf(b->base.desc, sizeof b->base.desc, "cuda %.60s (sm_%d%d, %.0f GiB), GPU %d", prop.name, prop.major, prop.minor,
              (double)prop.totalGlobalMem / (1 << 30), dev);
     b->dev = dev;
+    b->n_sm = prop.multiProcessorCount;
     b->progress = p && p->progress;
     b->kv_bf16 = p && p->kv_type == DSP_BF16;
     const char *g = getenv("DSP_CUDA_GRAPHS");

@@ -95,6 +95,8 @@ cudaError_t dsp_cu_copy_rows(float *dst, size_t dst_ld, size_t dst_col, const fl
 cudaError_t dsp_cu_kv_copy_block(const dsp_cu_kv *kv, uint32_t dst, uint32_t src, cudaStream_t st);
 cudaError_t dsp_cu_argmax(const float *logits, int n_rows, int n_vocab, int32_t *out, cudaStream_t st);
 /* per row: ids/logprobs (k each, descending), lse */
+/* GB/s of a streaming read of `bytes` (median of 5), 0 on failure */
+double dsp_cu_read_bandwidth(size_t bytes, int n_sm, cudaStream_t st);
 cudaError_t dsp_cu_top_logprobs(const float *logits, int n_rows, int n_vocab, int k, int32_t *ids, float *lp, float *lse,
                                 cudaStream_t st);
 
