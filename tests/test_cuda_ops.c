@@ -119,15 +119,17 @@ static float *gpu_mm(dsp_bweight *w, int64_t M, int64_t K, const float *X, int r
 }
 
 static void test_matmul(void) {
-    static const struct { int64_t M, K; } shapes[] = {{200, 1024}, {37, 96}, {37, 512}};
+    /* edge tiles, padded groups, and k split over 1 to 8 warps (S = dsp_cu_mm_slices: 4096 k in
+     * 16..128 groups), SmolLM2's widths (576, 1536) */
+    static const struct { int64_t M, K; } shapes[] = {{200, 1024}, {37, 96}, {37, 512}, {576, 576}, {96, 1536}, {64, 4096}};
+    const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
     static const int rows[] = {1, 2, 8, 9, 16, 33, 64, 65, 130};
     const int NMAX = 130;
     for (int ti = 0; ti < N_TYPES; ti++)
-        for (int si = 0; si < 3; si++) {
+        for (int si = 0; si < n_shapes; si++) {
             const uint32_t type = g_types[ti];
             const int64_t M = shapes[si].M, K = shapes[si].K;
-            if (K % (int64_t)dsp_dtype_get(type)->block_elems) continue;
-            if ((si == 1) != (dsp_dtype_get(type)->block_elems < 256)) continue; /* small K for 32-blocks, 512 for K-quants */
+            if (K % (int64_t)dsp_dtype_get(type)->block_elems) continue; /* K-quants need K % 256 == 0 */
             tbuf tw;
             tensor_init(&tw, "blk.0.test.weight", type, K, M);
             dsp_bweight *wc, *wg;
@@ -204,6 +206,52 @@ static void test_matmul_fused(void) {
         free(tw[i].data);
     }
     pb_free(&x);
+}
+
+/* add -> rmsnorm -> matmul and swiglu -> matmul in one forward are fused into the matmul's input
+ * preparation; every output (x after the add, h after the norm, g after swiglu, y) must be
+ * bit-identical to the ops run one per forward (no fusion then) */
+static void test_fusion(void) {
+    const int n = 19;
+    const int64_t E = 512, M = 96;
+    tbuf tw, tn;
+    tensor_init(&tw, "blk.0.fuse.weight", DSP_Q4_K, E, M);
+    tensor_init(&tn, "blk.0.ffn_norm.weight", DSP_F32, E, 1);
+    dsp_bweight *w, *nw;
+    CHECK(g_gpu->ops->weight_create(g_gpu, &tw.t, &w) == DSP_OK && g_gpu->ops->weight_create(g_gpu, &tn.t, &nw) == DSP_OK);
+    dsp_buf *x, *h, *y, *u;
+    const size_t nE = (size_t)n * E;
+    CHECK(g_gpu->ops->buf_create(g_gpu, nE, &x) == DSP_OK && g_gpu->ops->buf_create(g_gpu, nE, &h) == DSP_OK);
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)n * M, &y) == DSP_OK && g_gpu->ops->buf_create(g_gpu, nE, &u) == DSP_OK);
+    float *x0 = xalloc(nE * 4), *h0 = xalloc(nE * 4), *u0 = xalloc(nE * 4), *out[2][3];
+    for (size_t i = 0; i < nE; i++) x0[i] = frnd() * 4, h0[i] = frnd(), u0[i] = frnd();
+    dsp_be_batch b = plain_batch(n);
+    for (int pat = 0; pat < 2; pat++) {
+        for (int split = 0; split < 2; split++) {
+            dsp_backend *be = g_gpu;
+            be->ops->buf_write(be, x, 0, x0, nE), be->ops->buf_write(be, h, 0, h0, nE), be->ops->buf_write(be, u, 0, u0, nE);
+            begin_end(be, &b, true);
+            if (pat == 0) {
+                be->ops->add(be, x, h, nE);
+                if (split) begin_end(be, &b, false), begin_end(be, &b, true);
+                be->ops->rmsnorm(be, h, x, nw, n, (int)E, 1e-6f, NULL);
+            } else {
+                be->ops->swiglu(be, h, u, nE);
+            }
+            if (split) begin_end(be, &b, false), begin_end(be, &b, true);
+            be->ops->matmul(be, 1, (const dsp_bweight *const *)&w, &y, h, n);
+            begin_end(be, &b, false);
+            out[split][0] = rd(be, x, nE), out[split][1] = rd(be, h, nE), out[split][2] = rd(be, y, (size_t)n * M);
+        }
+        CHECK_MSG(!memcmp(out[0][0], out[1][0], nE * 4) && !memcmp(out[0][1], out[1][1], nE * 4) &&
+                      !memcmp(out[0][2], out[1][2], (size_t)n * M * 4),
+                  "fused %s -> matmul differs from the ops run apart", pat ? "swiglu" : "add -> rmsnorm");
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 3; j++) free(out[k][j]);
+    }
+    free(x0), free(h0), free(u0), free(tw.data), free(tn.data);
+    g_gpu->ops->weight_destroy(g_gpu, w), g_gpu->ops->weight_destroy(g_gpu, nw);
+    g_gpu->ops->buf_destroy(g_gpu, x), g_gpu->ops->buf_destroy(g_gpu, h), g_gpu->ops->buf_destroy(g_gpu, y), g_gpu->ops->buf_destroy(g_gpu, u);
 }
 
 /* ---- row ops ------------------------------------------------------------------------------- */
@@ -385,6 +433,67 @@ static void attention_case(dsp_backend *gpu, const att_case *ac, double tol, con
     dsp_kv_pool_destroy(&pool);
 }
 
+/* norm_rope(q), norm_rope(k), kv_write in one forward run as one fused kernel: q, k and the
+ * attention over what it wrote must equal the three ops run in separate forwards, bit for bit */
+static void test_rope_kv_fusion(void) {
+    const int n = 20, hq = 8, hk = 2, hd = 64, bt = 16;
+    dsp_kv_pool pool;
+    dsp_kv_seq s;
+    CHECK(dsp_kv_pool_create(&pool, bt, 8, false) == DSP_OK && dsp_kv_seq_init(&s, 128, bt, 0) == DSP_OK);
+    CHECK(dsp_kv_seq_reserve(&pool, &s, n) == DSP_OK);
+    const dsp_kv_seq *sp[1] = {&s};
+    int32_t pos[20], seq[20], nk[20];
+    for (int i = 0; i < n; i++) pos[i] = i, seq[i] = 0, nk[i] = i + 1;
+    dsp_be_batch b = {n, NULL, pos, seq, nk, 1, sp};
+    tbuf tqn, tkn;
+    tensor_init(&tqn, "q_norm.weight", DSP_F32, hd, 1);
+    tensor_init(&tkn, "k_norm.weight", DSP_F32, hd, 1);
+    dsp_bweight *qn, *kn;
+    CHECK(g_gpu->ops->weight_create(g_gpu, &tqn.t, &qn) == DSP_OK && g_gpu->ops->weight_create(g_gpu, &tkn.t, &kn) == DSP_OK);
+    dsp_buf *q, *k, *v, *o, *inv;
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)n * hq * hd, &q) == DSP_OK && g_gpu->ops->buf_create(g_gpu, (size_t)n * hk * hd, &k) == DSP_OK);
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)n * hk * hd, &v) == DSP_OK && g_gpu->ops->buf_create(g_gpu, (size_t)n * hq * hd, &o) == DSP_OK);
+    CHECK(g_gpu->ops->buf_create(g_gpu, hd / 2, &inv) == DSP_OK);
+    float invf[32], *q0 = xalloc(sizeof(float) * n * hq * hd), *k0 = xalloc(sizeof(float) * n * hk * hd), *v0 = xalloc(sizeof(float) * n * hk * hd);
+    for (int i = 0; i < hd / 2; i++) invf[i] = 1.0f / powf(1e6f, (float)(2 * i) / (float)hd);
+    for (int i = 0; i < n * hq * hd; i++) q0[i] = frnd();
+    for (int i = 0; i < n * hk * hd; i++) k0[i] = frnd(), v0[i] = frnd();
+    g_gpu->ops->buf_write(g_gpu, inv, 0, invf, hd / 2);
+    dsp_rope rope = {hd, true, 1.0f, 1.0f, inv};
+    float *res[2][3];
+    for (int split = 0; split < 2; split++) {
+        dsp_kv_store *kv;
+        CHECK(g_gpu->ops->kv_create(g_gpu, 1, hk * hd, bt, 8, &kv) == DSP_OK);
+        g_gpu->ops->buf_write(g_gpu, q, 0, q0, (size_t)n * hq * hd);
+        g_gpu->ops->buf_write(g_gpu, k, 0, k0, (size_t)n * hk * hd);
+        g_gpu->ops->buf_write(g_gpu, v, 0, v0, (size_t)n * hk * hd);
+        begin_end(g_gpu, &b, true);
+        g_gpu->ops->norm_rope(g_gpu, q, qn, 1e-6f, hq, hd, &rope);
+        if (split) begin_end(g_gpu, &b, false), begin_end(g_gpu, &b, true);
+        g_gpu->ops->norm_rope(g_gpu, k, kn, 1e-6f, hk, hd, &rope);
+        if (split) begin_end(g_gpu, &b, false), begin_end(g_gpu, &b, true);
+        g_gpu->ops->kv_write(g_gpu, kv, 0, k, v);
+        begin_end(g_gpu, &b, false);
+        begin_end(g_gpu, &b, true);
+        g_gpu->ops->attention(g_gpu, o, q, kv, 0, hq, hk, hd, 0.125f);
+        begin_end(g_gpu, &b, false);
+        res[split][0] = rd(g_gpu, q, (size_t)n * hq * hd), res[split][1] = rd(g_gpu, k, (size_t)n * hk * hd);
+        res[split][2] = rd(g_gpu, o, (size_t)n * hq * hd);
+        g_gpu->ops->kv_destroy(g_gpu, kv);
+    }
+    CHECK_MSG(!memcmp(res[0][0], res[1][0], sizeof(float) * n * hq * hd) && !memcmp(res[0][1], res[1][1], sizeof(float) * n * hk * hd) &&
+                  !memcmp(res[0][2], res[1][2], sizeof(float) * n * hq * hd),
+              "fused norm_rope q+k and kv_write differ from the ops run apart");
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) free(res[i][j]);
+    free(q0), free(k0), free(v0), free(tqn.data), free(tkn.data);
+    g_gpu->ops->weight_destroy(g_gpu, qn), g_gpu->ops->weight_destroy(g_gpu, kn);
+    dsp_buf *bufs[] = {q, k, v, o, inv};
+    for (int i = 0; i < 5; i++) g_gpu->ops->buf_destroy(g_gpu, bufs[i]);
+    dsp_kv_seq_free(&pool, &s);
+    dsp_kv_pool_destroy(&pool);
+}
+
 static void test_attention(void) {
     static const att_case cases[] = {{8, 2, 128}, {9, 3, 64}, {4, 4, 32}};
     for (int i = 0; i < 3; i++) attention_case(g_gpu, &cases[i], 1e-5, "f16");
@@ -524,9 +633,11 @@ int main(void) {
     CHECK(dsp_kv_seq_init(&g_empty, 16, 16, 0) == DSP_OK);
     DSP_RUN(test_matmul);
     DSP_RUN(test_matmul_fused);
+    DSP_RUN(test_fusion);
     DSP_RUN(test_row_ops);
     DSP_RUN(test_embed);
     DSP_RUN(test_attention);
+    DSP_RUN(test_rope_kv_fusion);
     DSP_RUN(test_logits);
     DSP_RUN(test_graph_replay);
     DSP_RUN(test_bad_input);

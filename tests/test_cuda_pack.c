@@ -54,13 +54,18 @@ static void shape_for(uint32_t type, int64_t *M, int64_t *K) {
     *K = blk == 256 ? 512 : 96; /* Q4_0/Q4_1 (kg 64): one full group and half of one */
 }
 
+/* a random packed matrix of type g_types[ti] in its test shape */
+static uint32_t pack_test_matrix(int ti, packed *pk, int64_t *M, int64_t *K) {
+    shape_for(g_types[ti], M, K);
+    pack_random(pk, g_types[ti], *M, *K);
+    return g_types[ti];
+}
+
 static void test_elements_bit_exact(void) {
     for (int ti = 0; ti < N_TYPES; ti++) {
-        uint32_t type = g_types[ti];
         int64_t M, K;
-        shape_for(type, &M, &K);
         packed pk;
-        pack_random(&pk, type, M, K);
+        const uint32_t type = pack_test_matrix(ti, &pk, &M, &K);
         float *ref = xalloc(sizeof(float) * (size_t)K);
         int bad = 0, bad_pad = 0;
         for (int64_t r = 0; r < pk.n_tiles * DSP_CU_TILE; r++) {
@@ -85,11 +90,9 @@ static void test_elements_bit_exact(void) {
  * (g + 8 (r & 1), 2t + 8 (r >> 1) + e); B register j holds logical (row, col) = (2t + 8j + e, g). */
 static void test_warp_emulation(void) {
     for (int ti = 0; ti < N_TYPES; ti++) {
-        uint32_t type = g_types[ti];
         int64_t M, K;
-        shape_for(type, &M, &K);
         packed pk;
-        pack_random(&pk, type, M, K);
+        const uint32_t type = pack_test_matrix(ti, &pk, &M, &K);
         const int n_tok = 11, NT = 2; /* two 8-token tiles, the second partly empty */
         const int64_t units = dsp_cu_x_units(K);
         float *x = xalloc(sizeof(float) * (size_t)n_tok * K);

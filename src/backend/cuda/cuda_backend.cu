@@ -50,13 +50,16 @@ struct dsp_kv_store {
 
 namespace {
 
-enum op_kind { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_ADD_BIAS, OP_NORM_ROPE, OP_KV_WRITE, OP_ATTN, OP_ADD, OP_SWIGLU, OP_COPY_ROWS, OP_UPLOAD };
+enum op_kind {
+    OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_ADD_BIAS, OP_NORM_ROPE, OP_KV_WRITE, OP_ATTN, OP_ADD, OP_SWIGLU, OP_COPY_ROWS, OP_UPLOAD,
+    OP_ROPE_KV, /* norm_rope(q), norm_rope(k), kv_write fused (cu_kv_write) */
+};
 
 /* One recorded op: plain data, zero-filled, compared bytewise (the graph key). */
 struct op_rec {
     int32_t kind, i[9];
     float f[4];
-    const void *p[8];
+    const void *p[12];
     uint64_t u[6];
 };
 
@@ -68,6 +71,13 @@ struct gentry {
 };
 
 constexpr int GCACHE = 96;
+constexpr int PROF_MAX = 96; /* distinct op labels the profile keeps */
+
+struct prof_entry {
+    char label[96];
+    double ms;
+    long calls;
+};
 constexpr size_t MARGIN = 256ull << 20; /* device memory left free for the runtime and scratch */
 
 struct cu_backend {
@@ -99,6 +109,12 @@ struct cu_backend {
 
     gentry cache[GCACHE];
     uint64_t tick;
+
+    /* DSP_CUDA_PROFILE=1: records run one by one between events; time per op label, printed at
+     * destroy (graphs are off then, so the figures include each launch's gap) */
+    bool profile;
+    cudaEvent_t *ev; int n_ev;
+    prof_entry prof[PROF_MAX]; int n_prof;
 };
 
 cu_backend *B(dsp_backend *be) { return (cu_backend *)be; }
@@ -138,6 +154,14 @@ void graph_cache_clear(cu_backend *b) {
         free(b->cache[i].recs);
         b->cache[i] = gentry{};
     }
+}
+
+/* before freeing device memory: nothing may use it, and no graph may keep its address (a later
+ * allocation at the same address would otherwise match a stale graph's key) */
+void quiesce(cu_backend *b) {
+    cudaSetDevice(b->dev);
+    cudaStreamSynchronize(b->st);
+    graph_cache_clear(b);
 }
 
 /* grow a device scratch array (contents are not kept) */
@@ -219,13 +243,25 @@ cudaError_t run_op(cu_backend *b, const op_rec &r) {
         float *y[3];
         for (int i = 0; i < r.i[0]; i++) w[i] = matof(r.p[i]), y[i] = (float *)r.p[3 + i];
         dsp_cu_xpack xb = {b->xp, b->xsum, (int64_t)r.u[0]};
-        cudaError_t e = dsp_cu_pack_x((const float *)r.p[6], r.i[1], w[0]->K, &xb, st);
+        dsp_cu_prep pr = {r.i[2], w[0]->K, dsp_cu_x_units(w[0]->K), xb.xs_stride, (float *)r.p[6], (float *)r.p[7],
+                          (const float *)r.p[8], vecof(r.p[9]), (const float *)r.p[10], r.f[0], b->xp, b->xsum};
+        cudaError_t e = dsp_cu_prep_launch(&pr, r.i[1], st);
         return e != cudaSuccess ? e : dsp_cu_matmul(r.i[0], w, y, r.i[1], &xb, st);
     }
     case OP_ADD_BIAS: return dsp_cu_add_bias((float *)r.p[0], vecof(r.p[1]), r.i[0], r.i[1], st);
-    case OP_NORM_ROPE:
-        return dsp_cu_norm_rope((float *)r.p[0], vecof(r.p[1]), r.f[0], r.i[0], r.i[1], r.i[2], r.i[3], r.i[4] != 0, r.f[1], r.f[2],
-                                (const float *)r.p[2], &b->meta, st);
+    case OP_NORM_ROPE: case OP_ROPE_KV: {
+        /* NORM_ROPE: one tensor (p[0], norm p[1], i[1] heads); ROPE_KV adds k (p[3], norm p[4],
+         * i[7] heads), v (p[5]) and the store (p[6], layer i[5]) */
+        dsp_cu_rope_args a = {};
+        a.q = (float *)r.p[0], a.qnorm = vecof(r.p[1]), a.hq = r.i[1], a.inv_freq = (const float *)r.p[2];
+        a.n = r.i[0], a.hd = r.i[2], a.rot = r.i[3], a.neox = r.i[4] != 0;
+        a.eps = r.f[0], a.pos_scale = r.f[1], a.attn_factor = r.f[2];
+        if (r.kind == OP_ROPE_KV) {
+            a.k = (float *)r.p[3], a.knorm = vecof(r.p[4]), a.hk = r.i[7], a.v = (const float *)r.p[5];
+            a.kv = ((const dsp_kv_store *)r.p[6])->kv, a.layer = r.i[5];
+        }
+        return dsp_cu_rope(&a, &b->meta, st);
+    }
     case OP_KV_WRITE:
         return dsp_cu_kv_write(&((const dsp_kv_store *)r.p[0])->kv, r.i[0], (const float *)r.p[1], (const float *)r.p[2], r.i[1],
                                &b->meta, st);
@@ -241,10 +277,85 @@ cudaError_t run_op(cu_backend *b, const op_rec &r) {
     }
 }
 
+const char *rows_bucket(int n) { return n == 1 ? "1" : n <= 8 ? "2-8" : n <= 16 ? "9-16" : n <= 32 ? "17-32" : n <= 64 ? "33-64" : ">64"; }
+
+void op_label(const op_rec &r, char *out, size_t cap) {
+    static const char *names[] = {"", "embed", "rmsnorm", "matmul", "add_bias", "norm_rope", "kv_write", "attention", "add", "swiglu",
+                                  "copy_rows", "upload", "norm_rope q+k, kv_write"};
+    if (r.kind == OP_MATMUL) {
+        int64_t M = 0;
+        for (int i = 0; i < r.i[0]; i++) M += matof(r.p[i])->M;
+        const dsp_cu_mat *w = matof(r.p[0]);
+        snprintf(out, cap, "matmul %s %lldx%lld rows %s%s%s%s", dsp_dtype_name(w->L.type), (long long)M, (long long)w->K,
+                 rows_bucket(r.i[1]), r.i[2] & DSP_CU_PREP_ADD ? " +add" : "", r.i[2] & DSP_CU_PREP_NORM ? " +rmsnorm" : "",
+                 r.i[2] & DSP_CU_PREP_SWIGLU ? " +swiglu" : "");
+    } else if (r.kind == OP_ATTN) {
+        snprintf(out, cap, "attention rows %s, %d chunks", rows_bucket(r.i[1]), r.i[5]);
+    } else {
+        snprintf(out, cap, "%s", r.kind > 0 && r.kind <= OP_ROPE_KV ? names[r.kind] : "?");
+    }
+}
+
+cudaError_t run_profiled(cu_backend *b) {
+    if (b->n_ev < 2 * b->n_recs) {
+        cudaEvent_t *ev = (cudaEvent_t *)realloc(b->ev, sizeof *ev * 2 * (size_t)b->n_recs);
+        if (!ev) return cudaErrorMemoryAllocation;
+        b->ev = ev;
+        for (; b->n_ev < 2 * b->n_recs; b->n_ev++)
+            if (cudaEventCreate(&b->ev[b->n_ev]) != cudaSuccess) return cudaErrorMemoryAllocation;
+    }
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < b->n_recs && e == cudaSuccess; i++) {
+        cudaEventRecord(b->ev[2 * i], b->st);
+        e = run_op(b, b->recs[i]);
+        cudaEventRecord(b->ev[2 * i + 1], b->st);
+    }
+    if (e == cudaSuccess) e = cudaEventSynchronize(b->ev[2 * b->n_recs - 1]);
+    for (int i = 0; i < b->n_recs && e == cudaSuccess; i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, b->ev[2 * i], b->ev[2 * i + 1]);
+        char label[96];
+        op_label(b->recs[i], label, sizeof label);
+        int k = 0;
+        while (k < b->n_prof && strcmp(b->prof[k].label, label)) k++;
+        if (k == b->n_prof) {
+            if (k == PROF_MAX) continue;
+            snprintf(b->prof[b->n_prof++].label, sizeof b->prof[0].label, "%s", label);
+        }
+        b->prof[k].ms += ms, b->prof[k].calls++;
+    }
+    return e;
+}
+
+void print_profile(const cu_backend *b) {
+    if (!b->n_prof) return;
+    int order[PROF_MAX];
+    double total = 0;
+    for (int i = 0; i < b->n_prof; i++) order[i] = i, total += b->prof[i].ms;
+    for (int i = 0; i < b->n_prof; i++)
+        for (int j = i + 1; j < b->n_prof; j++)
+            if (b->prof[order[j]].ms > b->prof[order[i]].ms) {
+                int t = order[i];
+                order[i] = order[j], order[j] = t;
+            }
+    fprintf(stderr, "cuda profile (DSP_CUDA_PROFILE): %.1f ms of GPU time in ops\n%10s %8s %9s %5s  op\n", total, "ms", "calls", "us/call",
+            "%");
+    for (int i = 0; i < b->n_prof; i++) {
+        const prof_entry *p = &b->prof[order[i]];
+        fprintf(stderr, "%10.2f %8ld %9.2f %5.1f  %s\n", p->ms, p->calls, 1e3 * p->ms / (double)p->calls, 100 * p->ms / total, p->label);
+    }
+}
+
+static_assert(sizeof(op_rec) % 8 == 0, "records hash as 64-bit words");
+
+/* the graph key's hash (a memcmp confirms a hit): 64-bit words, multiply-xorshift */
 uint64_t trace_hash(const op_rec *r, int n, uint64_t gen) {
-    uint64_t h = 1469598103934665603ull ^ gen;
-    const uint8_t *p = (const uint8_t *)r;
-    for (size_t i = 0; i < (size_t)n * sizeof *r; i++) h = (h ^ p[i]) * 1099511628211ull;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ gen;
+    const uint64_t *p = (const uint64_t *)r;
+    for (size_t i = 0; i < (size_t)n * sizeof *r / 8; i++) {
+        h = (h ^ p[i]) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
     return h;
 }
 
@@ -292,7 +403,9 @@ void flush(cu_backend *b) {
     }
     if (e == cudaSuccess) e = cudaEventRecord(b->upload_done, b->st);
     if (e == cudaSuccess && b->n_recs > 0) {
-        if (!b->graphs) {
+        if (b->profile) {
+            e = run_profiled(b);
+        } else if (!b->graphs) {
             for (int i = 0; i < b->n_recs && e == cudaSuccess; i++) e = run_op(b, b->recs[i]);
         } else {
             const uint64_t h = trace_hash(b->recs, b->n_recs, b->gen);
@@ -386,9 +499,10 @@ size_t stage(cu_backend *b, const void *src, size_t bytes) {
 
 void cu_destroy(dsp_backend *be) {
     cu_backend *b = B(be);
-    cudaSetDevice(b->dev);
-    cudaStreamSynchronize(b->st);
-    graph_cache_clear(b);
+    quiesce(b);
+    print_profile(b);
+    for (int i = 0; i < b->n_ev; i++) cudaEventDestroy(b->ev[i]);
+    free(b->ev);
     cudaFree(b->raw), cudaFree(b->xp), cudaFree(b->xsum), cudaFree(b->part), cudaFree(b->d_meta), cudaFree(b->d_stage);
     cudaFreeHost(b->h_meta), cudaFreeHost(b->h_stage);
     cudaEventDestroy(b->upload_done);
@@ -441,9 +555,7 @@ dsp_status cu_buf_create(dsp_backend *be, size_t n, dsp_buf **out) {
 void cu_buf_destroy(dsp_backend *be, dsp_buf *buf) {
     if (!buf) return;
     cu_backend *b = B(be);
-    cudaSetDevice(b->dev);
-    cudaStreamSynchronize(b->st);
-    graph_cache_clear(b); /* a later buffer may reuse the address with another meaning */
+    quiesce(b);
     cudaFree(buf->d);
     free(buf);
 }
@@ -570,9 +682,7 @@ dsp_status cu_weight_create(dsp_backend *be, const dsp_tensor *t, dsp_bweight **
 void cu_weight_destroy(dsp_backend *be, dsp_bweight *w) {
     if (!w) return;
     cu_backend *b = B(be);
-    cudaSetDevice(b->dev);
-    cudaStreamSynchronize(b->st);
-    graph_cache_clear(b);
+    quiesce(b);
     cudaFree(w->vec), cudaFree(w->m.d);
     free(w);
 }
@@ -606,9 +716,7 @@ dsp_status cu_kv_create(dsp_backend *be, int n_layers, int kv_dim, int block_tok
 void cu_kv_destroy(dsp_backend *be, dsp_kv_store *s) {
     if (!s) return;
     cu_backend *b = B(be);
-    cudaSetDevice(b->dev);
-    cudaStreamSynchronize(b->st);
-    graph_cache_clear(b);
+    quiesce(b);
     if (b->checked_kv == s) b->checked_kv = nullptr;
     cudaFree(s->kv.k), cudaFree(s->kv.v);
     free(s);
@@ -769,8 +877,28 @@ void cu_matmul(dsp_backend *be, int n, const dsp_bweight *const *w, dsp_buf *con
     for (int i = 0; i < n; i++)
         DSP_ASSERT(w[i]->matrix && w[i]->m.K == w[0]->m.K && (size_t)n_rows * w[i]->m.M <= y[i]->n);
     DSP_ASSERT((size_t)n_rows * w[0]->m.K <= x->n);
+    /* fuse the op(s) that produced x into the input preparation: swiglu -> matmul, or
+     * [add ->] rmsnorm -> matmul (bit-identical to running them apart, dsp_cu_prep) */
+    const uint64_t nK = (uint64_t)n_rows * (uint64_t)w[0]->m.K;
+    op_rec fused = {};
+    const op_rec *last = b->n_recs > 0 && !b->err ? &b->recs[b->n_recs - 1] : nullptr;
+    if (last && last->kind == OP_SWIGLU && last->p[0] == x->d && last->u[0] == nK) {
+        fused.i[2] = DSP_CU_PREP_SWIGLU, fused.p[10] = last->p[1];
+        b->n_recs--;
+    } else if (last && last->kind == OP_RMSNORM && last->p[0] == x->d && !last->i[2] && last->i[0] == n_rows &&
+               last->i[1] == w[0]->m.K && last->p[1] != x->d) {
+        fused.i[2] = DSP_CU_PREP_NORM, fused.p[7] = last->p[1], fused.p[9] = last->p[2], fused.f[0] = last->f[0];
+        b->n_recs--;
+        const op_rec *add = b->n_recs > 0 ? &b->recs[b->n_recs - 1] : nullptr;
+        if (add && add->kind == OP_ADD && add->p[0] == fused.p[7] && add->u[0] == nK) {
+            fused.i[2] |= DSP_CU_PREP_ADD, fused.p[8] = add->p[1];
+            b->n_recs--;
+        }
+    }
     op_rec *r = rec(b, OP_MATMUL);
     if (!r) return;
+    *r = fused;
+    r->kind = OP_MATMUL;
     r->i[0] = n, r->i[1] = n_rows;
     for (int i = 0; i < n; i++) r->p[i] = w[i], r->p[3 + i] = y[i]->d;
     r->p[6] = x->d;
@@ -799,6 +927,24 @@ void cu_kv_write(dsp_backend *be, dsp_kv_store *kv, int layer, const dsp_buf *k,
     DSP_ASSERT(layer >= 0 && layer < kv->kv.n_layers && (size_t)b->n_tokens * kv->kv.kv_dim <= k->n &&
                (size_t)b->n_tokens * kv->kv.kv_dim <= v->n);
     if (!check_kv(b, kv)) return;
+    /* norm_rope(k) just before (and norm_rope(q) before it, same RoPE): one launch for the three */
+    const op_rec *kr = b->n_recs > 0 && !b->err ? &b->recs[b->n_recs - 1] : nullptr;
+    if (kr && kr->kind == OP_NORM_ROPE && kr->p[0] == k->d && kr->i[0] == b->n_tokens && kr->i[1] * kr->i[2] == kv->kv.kv_dim) {
+        op_rec f = *kr;
+        f.kind = OP_ROPE_KV;
+        f.p[3] = kr->p[0], f.p[4] = kr->p[1], f.i[7] = kr->i[1], f.p[5] = v->d, f.p[6] = kv, f.i[5] = layer;
+        f.p[0] = nullptr, f.p[1] = nullptr, f.i[1] = 0;
+        b->n_recs--;
+        const op_rec *qr = b->n_recs > 0 ? &b->recs[b->n_recs - 1] : nullptr;
+        if (qr && qr->kind == OP_NORM_ROPE && qr->p[0] != k->d && qr->i[0] == f.i[0] && qr->i[2] == f.i[2] && qr->i[3] == f.i[3] &&
+            qr->i[4] == f.i[4] && qr->f[0] == f.f[0] && qr->f[1] == f.f[1] && qr->f[2] == f.f[2] && qr->p[2] == f.p[2]) {
+            f.p[0] = qr->p[0], f.p[1] = qr->p[1], f.i[1] = qr->i[1];
+            b->n_recs--;
+        }
+        op_rec *r = rec(b, OP_ROPE_KV);
+        if (r) *r = f;
+        return;
+    }
     op_rec *r = rec(b, OP_KV_WRITE);
     if (r) r->p[0] = kv, r->i[0] = layer, r->p[1] = k->d, r->p[2] = v->d, r->i[1] = b->n_tokens;
 }
@@ -982,8 +1128,9 @@ extern "C" dsp_status dsp_backend_cuda_create(const dsp_backend_params *p, dsp_b
     b->n_sm = prop.multiProcessorCount;
     b->progress = p && p->progress;
     b->kv_bf16 = p && p->kv_type == DSP_BF16;
-    const char *g = getenv("DSP_CUDA_GRAPHS");
+    const char *g = getenv("DSP_CUDA_GRAPHS"), *prof = getenv("DSP_CUDA_PROFILE");
     b->graphs = !(g && !strcmp(g, "0"));
+    b->profile = prof && !strcmp(prof, "1");
     e = cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->upload_done, cudaEventDisableTiming);
     if (e != cudaSuccess) {

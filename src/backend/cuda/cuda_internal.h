@@ -42,7 +42,22 @@ typedef struct dsp_cu_xpack {
     float *xsum;
     int64_t xs_stride;  /* >= rows rounded up to 64 */
 } dsp_cu_xpack;
-cudaError_t dsp_cu_pack_x(const float *x, int n_rows, int64_t K, const dsp_cu_xpack *xb, cudaStream_t st);
+/* The preparation of a matmul's input X (n_rows x K), fused with the op(s) that produced it:
+ *   PREP_ADD     src += y                      (a residual add before the norm)
+ *   PREP_NORM    X = w * (src * rsqrt(mean(src^2) + eps))   (w may be NULL)
+ *   PREP_SWIGLU  X = silu(X) * u
+ * then X -> xp / xsum (dsp_cu_xpack). Bit-identical to the separate kernels. */
+enum { DSP_CU_PREP_ADD = 1, DSP_CU_PREP_NORM = 2, DSP_CU_PREP_SWIGLU = 4 };
+typedef struct dsp_cu_prep {
+    int flags;
+    int64_t K, units, xs_stride;
+    float *X, *src;
+    const float *y, *w, *u;
+    float eps;
+    uint4 *xp;
+    float *xsum;
+} dsp_cu_prep;
+cudaError_t dsp_cu_prep_launch(const dsp_cu_prep *a, int n_rows, cudaStream_t st);
 /* y_i = x W_i^T for n (<= 3) matrices of the same K (any types) */
 cudaError_t dsp_cu_matmul(int n, const dsp_cu_mat *const *w, float *const *y, int n_rows, const dsp_cu_xpack *xb,
                           cudaStream_t st);
@@ -67,9 +82,10 @@ typedef struct dsp_cu_kv {
 } dsp_cu_kv;
 
 /* Attention splits a row's keys into chunks whose length is a function of the row's key count
- * alone: 256 keys up to 8192 keys, beyond that at most 32 chunks (multiples of 256). */
+ * alone: 64 keys up to 2048 keys (many CTAs for a decode row), beyond that at most 32 chunks
+ * (multiples of 64). */
 static inline __host__ __device__ int dsp_cu_attn_chunk(int n_keys) {
-    return n_keys <= 8192 ? 256 : ((n_keys + 31) / 32 + 255) / 256 * 256;
+    return n_keys <= 2048 ? 64 : ((n_keys + 31) / 32 + 63) / 64 * 64;
 }
 static inline __host__ __device__ int dsp_cu_attn_chunks(int n_keys) {
     return n_keys <= 0 ? 0 : (n_keys + dsp_cu_attn_chunk(n_keys) - 1) / dsp_cu_attn_chunk(n_keys);
@@ -80,8 +96,17 @@ cudaError_t dsp_cu_embed(float *x, const dsp_cu_mat *table, int dim, int n, cons
 cudaError_t dsp_cu_rmsnorm(float *out, const float *x, const float *w, int n_rows, int dim, float eps, const int32_t *rows,
                            cudaStream_t st);
 cudaError_t dsp_cu_add_bias(float *y, const float *b, int n_rows, int dim, cudaStream_t st);
-cudaError_t dsp_cu_norm_rope(float *x, const float *norm, float eps, int n, int n_heads, int head_dim, int rot_dim, bool neox,
-                             float pos_scale, float attn_factor, const float *inv_freq, const dsp_cu_meta *m, cudaStream_t st);
+/* Per head: RMSNorm (norm may be NULL) then RoPE at the batch positions, for hq heads of q and hk
+ * heads of k (either count may be 0); with v, k's heads and v's go to layer `layer` of kv. */
+typedef struct dsp_cu_rope_args {
+    float *q, *k;
+    const float *qnorm, *knorm, *v, *inv_freq;
+    int hq, hk, n, hd, rot, layer;
+    bool neox;
+    float eps, pos_scale, attn_factor;
+    dsp_cu_kv kv;
+} dsp_cu_rope_args;
+cudaError_t dsp_cu_rope(const dsp_cu_rope_args *a, const dsp_cu_meta *m, cudaStream_t st);
 cudaError_t dsp_cu_kv_write(const dsp_cu_kv *kv, int layer, const float *k, const float *v, int n, const dsp_cu_meta *m,
                             cudaStream_t st);
 /* part: n * n_head * max_chunks * (head_dim + 2) floats of scratch */

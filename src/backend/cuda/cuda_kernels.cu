@@ -73,6 +73,45 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int d
     for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? w[i] * (xr[i] * rs) : xr[i] * rs;
 }
 
+/* The matmul's input preparation, one CTA (256 threads) per row, optionally fused with the ops that
+ * produce the input (DSP_CU_PREP_*): src += y; X = RMSNorm(src) * w; X = silu(X) * u. Each step
+ * uses the same float operations in the same order as its own kernel (add_kernel, rmsnorm_kernel,
+ * swiglu_kernel), so fusing changes no bit. Then X's row becomes the B operand units (pack.h) and
+ * the sums of its 32-blocks (in index order). */
+__global__ void __launch_bounds__(256) prep_kernel(dsp_cu_prep a) {
+    __shared__ float sh[32];
+    const int64_t r = blockIdx.x, K = a.K;
+    float *X = a.X + r * K;
+    if (a.flags & DSP_CU_PREP_ADD) {
+        float *src = a.src + r * K;
+        const float *y = a.y + r * K;
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) src[i] += y[i];
+    }
+    if (a.flags & DSP_CU_PREP_NORM) {
+        const float *src = a.src + r * K;
+        float ss = 0.0f;
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss = fmaf(src[i], src[i], ss);
+        ss = block_sum(ss, sh);
+        const float rs = 1.0f / sqrtf(ss / (float)K + a.eps);
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) X[i] = a.w ? a.w[i] * (src[i] * rs) : src[i] * rs;
+    }
+    if (a.flags & DSP_CU_PREP_SWIGLU) {
+        const float *u = a.u + r * K;
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) X[i] = X[i] / (1.0f + expf(-X[i])) * u[i];
+    }
+    __syncthreads(); /* the row is final (and visible to the whole CTA) */
+    for (int64_t u = threadIdx.x; u < a.units; u += blockDim.x) {
+        uint32_t v[4];
+        dsp_cu_x_unit(X, K, u, v);
+        a.xp[r * a.units + u] = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+    for (int64_t b = threadIdx.x; b < a.units / 8; b += blockDim.x) {
+        float s = 0.0f;
+        for (int64_t k = 32 * b; k < 32 * b + 32 && k < K; k++) s += X[k];
+        a.xsum[b * a.xs_stride + r] = s;
+    }
+}
+
 __global__ void add_bias_kernel(float *y, const float *b, int n_rows, int dim) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (int64_t)n_rows * dim) y[i] += b[i % dim];
@@ -80,36 +119,51 @@ __global__ void add_bias_kernel(float *y, const float *b, int n_rows, int dim) {
 
 /* ---- per-head RMSNorm + RoPE: one warp per (row, head) -------------------------------------- */
 
-__global__ void norm_rope_kernel(float *x, const float *norm, float eps, int n, int n_heads, int hd, int rot, bool neox,
-                                 float pos_scale, float attn_factor, const float *inv_freq, dsp_cu_meta m) {
+/* one warp per (row, head) of q (heads [0, hq)) and of k (heads [hq, hq + hk)): RMSNorm with the
+ * tensor's norm weight (if any), then RoPE at the row's position; with v, k's heads also go to the
+ * KV cache with the row's v heads (norm_rope q, norm_rope k and kv_write fused: the same values) */
+__global__ void rope_kernel(dsp_cu_rope_args a, dsp_cu_meta m) {
     extern __shared__ float hbuf[]; /* [warps][hd] */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, H = a.hq + a.hk, hd = a.hd;
     const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
-    if (item >= (int64_t)n * n_heads) return;
-    const int row = (int)(item / n_heads);
-    float *xh = x + item * hd, *b = hbuf + warp * hd;
+    if (item >= (int64_t)a.n * H) return;
+    const int row = (int)(item / H), h = (int)(item % H);
+    const bool is_k = h >= a.hq;
+    const int hh = is_k ? h - a.hq : h;
+    float *xh = is_k ? a.k + ((int64_t)row * a.hk + hh) * hd : a.q + ((int64_t)row * a.hq + hh) * hd, *b = hbuf + warp * hd;
+    const float *norm = is_k ? a.knorm : a.qnorm;
     float rs = 1.0f;
     if (norm) {
         float ss = 0.0f;
         for (int i = lane; i < hd; i += 32) ss = fmaf(xh[i], xh[i], ss);
         ss = warp_sum(ss);
-        rs = 1.0f / sqrtf(ss / (float)hd + eps);
+        rs = 1.0f / sqrtf(ss / (float)hd + a.eps);
     }
     for (int i = lane; i < hd; i += 32) b[i] = norm ? norm[i] * (xh[i] * rs) : xh[i];
     __syncwarp();
-    const float p = (float)m.pos[row] / pos_scale;
-    const int half = rot / 2;
+    const float p = (float)m.pos[row] / a.pos_scale;
+    const int half = a.rot / 2;
     for (int i = lane; i < half; i += 32) {
-        const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        const int i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
         float s, c;
-        sincosf(p * inv_freq[i], &s, &c);
-        c *= attn_factor, s *= attn_factor;
+        sincosf(p * a.inv_freq[i], &s, &c);
+        c *= a.attn_factor, s *= a.attn_factor;
         const float x0 = b[i0], x1 = b[i1];
         b[i0] = x0 * c - x1 * s;
         b[i1] = x1 * c + x0 * s;
     }
     __syncwarp();
     for (int i = lane; i < hd; i += 32) xh[i] = b[i];
+    if (is_k && a.v) {
+        const dsp_cu_kv &kv = a.kv;
+        const int64_t at = ((int64_t)a.layer * kv.n_blocks * kv.block_tokens + kv_slot(m, kv.block_tokens, row, m.pos[row])) * kv.kv_dim +
+                           (int64_t)hh * hd;
+        const float *vh = a.v + (int64_t)row * kv.kv_dim + (int64_t)hh * hd;
+        for (int i = lane; i < hd; i += 32) {
+            kv.k[at + i] = kv_store(b[i], kv.bf16);
+            kv.v[at + i] = kv_store(vh[i], kv.bf16);
+        }
+    }
 }
 
 /* ---- KV write -------------------------------------------------------------------------------- */
@@ -160,21 +214,30 @@ __global__ void attn_chunk_kernel(attn_args a) {
     const int64_t lbase = (int64_t)a.layer * a.kv.n_blocks * bt;
     for (int j = threadIdx.x; j < n; j += blockDim.x) slot[j] = (lbase + kv_slot(a.m, bt, row, k0 + j)) * kv_dim + (int64_t)kvh * hd;
     __syncthreads();
-    /* scores: one thread per key, dot products in index order */
+    /* scores: one thread per key, dot products in index order; the key row's loads are issued 8
+     * at a time (64 values) before they are used */
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
         const uint16_t *kr = a.kv.k + slot[j];
         float acc[MAX_GROUP];
 #pragma unroll
         for (int g = 0; g < MAX_GROUP; g++) acc[g] = 0.0f;
-        for (int d = 0; d < hd; d += 8) {
-            const uint4 raw = *(const uint4 *)(kr + d);
+        for (int d0 = 0; d0 < hd; d0 += 64) {
+            uint4 raw[8];
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const uint32_t w2 = e < 2 ? raw.x : e < 4 ? raw.y : e < 6 ? raw.z : raw.w;
-                const float kv = kv_val((uint16_t)(w2 >> (16 * (e & 1))), a.kv.bf16);
+            for (int i = 0; i < 8; i++)
+                if (d0 + 8 * i < hd) raw[i] = *(const uint4 *)(kr + d0 + 8 * i);
 #pragma unroll
-                for (int g = 0; g < MAX_GROUP; g++)
-                    if (g < G) acc[g] = fmaf(qs[g * hd + d + e], kv, acc[g]);
+            for (int i = 0; i < 8; i++) {
+                if (d0 + 8 * i >= hd) break;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const uint32_t w2 = e < 2 ? raw[i].x : e < 4 ? raw[i].y : e < 6 ? raw[i].z : raw[i].w;
+                    const float kv = kv_val((uint16_t)(w2 >> (16 * (e & 1))), a.kv.bf16);
+                    const int d = d0 + 8 * i + e;
+#pragma unroll
+                    for (int g = 0; g < MAX_GROUP; g++)
+                        if (g < G) acc[g] = fmaf(qs[g * hd + d], kv, acc[g]);
+                }
             }
         }
 #pragma unroll
@@ -201,16 +264,22 @@ __global__ void attn_chunk_kernel(attn_args a) {
         }
     }
     __syncthreads();
-    /* o[g][d] = sum_j p[g][j] v[j][d], keys in order */
+    /* o[g][d] = sum_j p[g][j] v[j][d], keys in order; 8 keys' values loaded before use */
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o[MAX_GROUP];
 #pragma unroll
         for (int g = 0; g < MAX_GROUP; g++) o[g] = 0.0f;
-        for (int j = 0; j < n; j++) {
-            const float v = kv_val(a.kv.v[slot[j] + d], a.kv.bf16);
+        for (int j0 = 0; j0 < n; j0 += 8) {
+            float v[8];
 #pragma unroll
-            for (int g = 0; g < MAX_GROUP; g++)
-                if (g < G) o[g] = fmaf(sc[g * CH + j], v, o[g]);
+            for (int i = 0; i < 8; i++) v[i] = j0 + i < n ? kv_val(a.kv.v[slot[j0 + i] + d], a.kv.bf16) : 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                if (j0 + i >= n) break;
+#pragma unroll
+                for (int g = 0; g < MAX_GROUP; g++)
+                    if (g < G) o[g] = fmaf(sc[g * CH + j0 + i], v[i], o[g]);
+            }
         }
 #pragma unroll
         for (int g = 0; g < MAX_GROUP; g++)
@@ -349,6 +418,11 @@ cudaError_t dsp_cu_embed(float *x, const dsp_cu_mat *t, int dim, int n, const ds
     return cudaGetLastError();
 }
 
+cudaError_t dsp_cu_prep_launch(const dsp_cu_prep *a, int n_rows, cudaStream_t st) {
+    prep_kernel<<<(unsigned)n_rows, 256, 0, st>>>(*a);
+    return cudaGetLastError();
+}
+
 cudaError_t dsp_cu_rmsnorm(float *out, const float *x, const float *w, int n_rows, int dim, float eps, const int32_t *rows,
                            cudaStream_t st) {
     rmsnorm_kernel<<<(unsigned)n_rows, 256, 0, st>>>(out, x, w, dim, eps, rows);
@@ -360,11 +434,9 @@ cudaError_t dsp_cu_add_bias(float *y, const float *b, int n_rows, int dim, cudaS
     return cudaGetLastError();
 }
 
-cudaError_t dsp_cu_norm_rope(float *x, const float *norm, float eps, int n, int n_heads, int head_dim, int rot_dim, bool neox,
-                             float pos_scale, float attn_factor, const float *inv_freq, const dsp_cu_meta *m, cudaStream_t st) {
+cudaError_t dsp_cu_rope(const dsp_cu_rope_args *a, const dsp_cu_meta *m, cudaStream_t st) {
     const int warps = 4;
-    norm_rope_kernel<<<blocks((int64_t)n * n_heads, warps), warps * 32, warps * head_dim * sizeof(float), st>>>(
-        x, norm, eps, n, n_heads, head_dim, rot_dim, neox, pos_scale, attn_factor, inv_freq, *m);
+    rope_kernel<<<blocks((int64_t)a->n * (a->hq + a->hk), warps), warps * 32, warps * a->hd * sizeof(float), st>>>(*a, *m);
     return cudaGetLastError();
 }
 

@@ -4,8 +4,8 @@
  * at close to bandwidth. Prefill rows are compute-bound. One kernel serves both so that a row's
  * result is bit-identical however many rows share the launch:
  *
- *   grid.x  one CTA per 16-row tile of each weight (up to 3 weights of the same input width);
- *   grid.y  token groups of 8 * NT rows (NT = 1, 2, 4, 8 n-tiles: 8..64 tokens per CTA);
+ *   grid.y  one CTA per 16-row tile of each weight (up to 3 weights of the same input width);
+ *   grid.x  token groups of 8 * NT rows (NT = 1, 2, 4, 8 n-tiles: 8..64 tokens per CTA);
  *   CTA     S warps, warp w reducing groups [w G / S, (w + 1) G / S) of the k range; S is a
  *           property of the weight (dsp_cu_mm_slices), never of the batch;
  *   warp    per 16-wide k step: decode A (16 rows, pack.h/frag.h) in registers, then for each
@@ -136,7 +136,8 @@ __global__ void __launch_bounds__(MAX_S * 32) mm_kernel(const mm_args a) {
     constexpr int64_t GB = 32 * C::LB + C::SB;
     /* fewer groups in flight when many n-tiles hold registers (and compute hides the latency) */
     constexpr int U = NT >= 8 ? (C::U >= 4 ? C::U / 4 : 1) : NT >= 4 ? (C::U >= 2 ? C::U / 2 : 1) : C::U;
-    const int bx = blockIdx.x;
+    const int bx = blockIdx.y; /* the tile; blockIdx.x, the token group, varies fastest: the CTAs that
+                                * read the same weight tile run together and share it through L2 */
     const int mi = (a.n_mats > 2 && bx >= a.m[2].tile0) ? 2 : (a.n_mats > 1 && bx >= a.m[1].tile0) ? 1 : 0;
     const uint8_t *W = mi == 0 ? a.m[0].w : mi == 1 ? a.m[1].w : a.m[2].w;
     float *Y = mi == 0 ? a.m[0].y : mi == 1 ? a.m[1].y : a.m[2].y;
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(MAX_S * 32) mm_kernel(const mm_args a) {
     const int S = mi == 0 ? a.m[0].S : mi == 1 ? a.m[1].S : a.m[2].S;
     const int tile = bx - (mi == 0 ? a.m[0].tile0 : mi == 1 ? a.m[1].tile0 : a.m[2].tile0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int tok0 = blockIdx.y * NT * 8;
+    const int tok0 = blockIdx.x * NT * 8;
     extern __shared__ float red[]; /* [S][NT * 8 tokens][RED_LD] */
 
     float tot[NT][4];
@@ -245,7 +246,7 @@ template <uint32_t T>
 cudaError_t launch_type(const mm_args &a, int S_max, cudaStream_t st) {
     const int n_tiles = a.m[a.n_mats - 1].tile0 + (int)((a.m[a.n_mats - 1].M + 15) / 16);
     const int nt = a.n_rows <= 8 ? 1 : a.n_rows <= 16 ? 2 : a.n_rows <= 32 ? 4 : 8;
-    const dim3 grid((unsigned)n_tiles, (unsigned)((a.n_rows + 8 * nt - 1) / (8 * nt)));
+    const dim3 grid((unsigned)((a.n_rows + 8 * nt - 1) / (8 * nt)), (unsigned)n_tiles);
     const dim3 block((unsigned)(32 * S_max));
     switch (nt) {
     case 1: mm_kernel<T, 1><<<grid, block, mm_smem<T, 1>(S_max), st>>>(a); break;
@@ -284,25 +285,6 @@ __global__ void repack_kernel(dsp_cu_layout L, const uint8_t *raw, size_t row_by
     if (lane == 0) dsp_cu_pack_scales(&L, raw, row_bytes, M, K, tile, group, base + 32 * L.lane_bytes);
 }
 
-__global__ void pack_x_kernel(const float *x, int n_rows, int64_t K, int64_t units, uint4 *xp) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)n_rows * units) return;
-    const int64_t r = i / units, u = i % units;
-    uint32_t v[4];
-    dsp_cu_x_unit(x + r * K, K, u, v);
-    xp[i] = make_uint4(v[0], v[1], v[2], v[3]);
-}
-
-/* sum of each 32-block of a row, in index order (fixed) */
-__global__ void xsum_kernel(const float *x, int n_rows, int64_t K, int64_t n_blk, int64_t stride, float *xsum) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)n_rows * n_blk) return;
-    const int64_t r = i % n_rows, b = i / n_rows;
-    float s = 0.0f;
-    for (int64_t k = 32 * b; k < 32 * b + 32 && k < K; k++) s += x[r * K + k];
-    xsum[b * stride + r] = s;
-}
-
 } // namespace
 
 int dsp_cu_mm_slices(const dsp_cu_layout *L, int64_t M, int64_t K) {
@@ -318,14 +300,6 @@ int dsp_cu_mm_slices(const dsp_cu_layout *L, int64_t M, int64_t K) {
 cudaError_t dsp_cu_repack(const dsp_cu_mat *m, const uint8_t *raw, size_t row_bytes, cudaStream_t st) {
     const int64_t units = m->n_tiles * m->n_groups, threads = units * 32;
     repack_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(m->L, raw, row_bytes, m->M, m->K, m->n_groups, units, m->d);
-    return cudaGetLastError();
-}
-
-cudaError_t dsp_cu_pack_x(const float *x, int n_rows, int64_t K, const dsp_cu_xpack *xb, cudaStream_t st) {
-    const int64_t units = dsp_cu_x_units(K), n = (int64_t)n_rows * units, nb = units / 8;
-    pack_x_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, n_rows, K, units, xb->xp);
-    const int64_t ns = (int64_t)n_rows * nb;
-    xsum_kernel<<<(unsigned)((ns + 255) / 256), 256, 0, st>>>(x, n_rows, K, nb, xb->xs_stride, xb->xsum);
     return cudaGetLastError();
 }
 
