@@ -195,9 +195,8 @@ static void test_bad_input(void) {
 }
 
 int main(void) {
-    const char *bk = getenv("DSP_TEST_BACKEND"), *model = getenv("DSP_TEST_MODEL");
     dsp_backend *be = NULL;
-    if (bk && !strcmp(bk, "cuda")) {
+    if (dsp_test_wants_cuda()) {
         const char *kvt = getenv("DSP_TEST_KV_TYPE"); /* "bf16": the CUDA backend's other K/V type */
         dsp_backend_params bp = {.kind = DSP_BACKEND_CUDA, .kv_type = kvt && !strcmp(kvt, "bf16") ? DSP_BF16 : 0};
         if (dsp_backend_cuda_create(&bp, &be)) {
@@ -205,17 +204,9 @@ int main(void) {
             return 77;
         }
     }
-    if (model && *model) {
-        dsp_model_params mp = dsp_model_default_params();
-        if (dsp_model_load(model, &mp, &g_m)) {
-            fprintf(stderr, "%s\n", dsp_last_error());
-            return 1;
-        }
-    } else if (!(g_m = dsp_test_load_default_model())) {
+    if (!(g_m = dsp_test_load_model(&g_default_model))) {
         dsp_backend_destroy(be);
-        return be ? 77 : 0;
-    } else {
-        g_default_model = true;
+        return getenv("DSP_TEST_MODEL") ? 1 : be ? 77 : 0;
     }
     dsp_fwd_params fp = dsp_fwd_default_params();
     fp.backend = be;

@@ -10,8 +10,8 @@
  *             logits for every row (what verifying k drafted tokens costs), relative to k = 0;
  *   batched   B independent sequences (128-token prefixes) decoding one token each per forward,
  *             B = 1, 2, 4, .. 32: total tok/s.
- * --backend cpu|cuda|auto chooses where the forward runs (--gpu N, --kv-type f16|bf16 for CUDA);
- * the engine-level decode figure runs on the CPU backend until the engine takes a device.
+ * --backend cpu|cuda|auto chooses where everything runs (--gpu N; --kv-type f16|bf16 for the CUDA
+ * forward figures: the engine keeps the backend's default until its params carry a K/V type).
  * Stamped with the CPU (and GPU), the kernel ISA in use, threads, git commit, peak RSS, the memory
  * bandwidth of a streaming read test (of device memory for CUDA) and the decode roofline: bytes one
  * decode step reads (weights + the K/V of the context) / bandwidth. --json prints one object
@@ -265,13 +265,10 @@ typedef struct dec_result {
     dsp_gen_result res;
 } dec_result;
 
-static int decode_once(dsp_ctx *c, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *gp, dec_result *out) {
-    dsp_seq *s = NULL;
-    if (dsp_seq_create(c, &s)) return 1;
+static int decode_once(dsp_engine *c, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *gp, dec_result *out) {
     const double c0 = cpu_seconds();
-    dsp_status st = dsp_generate(c, s, prompt, n_prompt, gp, NULL, NULL, &out->res);
+    dsp_status st = dsp_generate(c, prompt, n_prompt, gp, NULL, NULL, &out->res);
     const double cpu = cpu_seconds() - c0;
-    dsp_seq_destroy(s);
     if (st) return 1;
     out->tok_s = out->res.decode_ms > 0 ? (double)out->res.n_generated / (out->res.decode_ms / 1e3) : 0;
     /* the prefill of the short prompt is inside cpu; take its share out by wall-time proportion */
@@ -283,14 +280,19 @@ static int decode_once(dsp_ctx *c, const int32_t *prompt, size_t n_prompt, const
 static const char g_decode_prompt[] =
     "The history of the city of Rome begins with small settlements on the hills near the river Tiber. Over the centuries";
 
-/* dsp_generate of DECODE_TOKENS after g_decode_prompt, a warm-up and `repeat` runs */
-static int engine_decode(dsp_model *m, int threads, const dsp_gen_params *gp, int repeat, double *dec, double *dec_cpu, dec_result *dr) {
-    dsp_ctx_params cp = dsp_ctx_default_params();
-    cp.n_threads = threads;
-    dsp_ctx *c = NULL;
+/* dsp_generate of DECODE_TOKENS after g_decode_prompt through the engine on bp's device, a warm-up
+ * and `repeat` runs */
+static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const dsp_gen_params *gp, int repeat, double *dec, double *dec_cpu,
+                         dec_result *dr) {
+    dsp_engine_params cp = dsp_engine_default_params();
+    cp.device = bp->kind == DSP_BACKEND_CUDA ? DSP_DEVICE_CUDA : DSP_DEVICE_CPU;
+    cp.gpu = bp->gpu;
+    cp.n_threads = bp->n_threads;
+    cp.max_batch = 1;
+    dsp_engine *c = NULL;
     int32_t *ids = NULL;
     int rc = 1;
-    if (dsp_ctx_create(m, &cp, &c)) {
+    if (dsp_engine_create(m, &cp, &c)) {
         dsp_cli_fail("benchmark", "%s", dsp_last_error());
         return 1;
     }
@@ -312,7 +314,7 @@ static int engine_decode(dsp_model *m, int threads, const dsp_gen_params *gp, in
     rc = 0;
 out:
     free(ids);
-    dsp_ctx_destroy(c);
+    dsp_engine_destroy(c);
     return rc;
 }
 
@@ -417,7 +419,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     gp.ignore_eos = true;
     gp.mode = mode;
     if (max_draft > 0) gp.max_draft = max_draft;
-    if (!gpu && engine_decode(m, threads, &gp, repeat, dec, dec_cpu, &dr)) goto out;
+    if (engine_decode(m, &bp, &gp, repeat, dec, dec_cpu, &dr)) goto out;
 
     /* prefill and the verify curve, on the forward pass itself */
     b = calloc(1, sizeof *b);
@@ -487,7 +489,6 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     double ver_cpu_med[VERIFY_MAX_K + 1], pre_cpu_med = median(pre_cpu, repeat), dec_cpu_med = median(dec_cpu, repeat);
     for (int k = 0; k <= VERIFY_MAX_K; k++) ver_med[k] = median(ver[k], repeat), ver_cpu_med[k] = median(ver_cpu[k], repeat);
     const double fdec_med = median(fdec, repeat);
-    if (gpu) memcpy(dec, fdec, sizeof dec), dec_med = fdec_med; /* no engine on the GPU yet: the forward figure */
     if (json) {
         printf("{\"schema\": \"dspark.benchmark/1\", \"model\": \"");
         for (const char *p = model; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
@@ -497,7 +498,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         printf(", \"prefill\": {\"n_tokens\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [", PREFILL_TOKENS, pre_med, pre_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", pre[r]);
         printf("]}, \"decode\": {\"n_tokens\": %d, \"via\": \"%s\", \"mode\": \"%s\", \"max_draft\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, "
-               "\"runs\": [", DECODE_TOKENS, gpu ? "forward" : "engine", dsp_spec_mode_to_string(mode), gp.max_draft, dec_med, dec_cpu_med);
+               "\"runs\": [", DECODE_TOKENS, "engine", dsp_spec_mode_to_string(mode), gp.max_draft, dec_med, dec_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", dec[r]);
         printf("], \"rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu}", dr.res.n_rounds, dr.res.n_drafted, dr.res.n_accepted);
         printf(", \"forward_decode\": {\"prefix\": %d, \"n_tokens\": %d, \"tok_s\": %.2f, \"runs\": [", VERIFY_PREFIX, DECODE_TOKENS, fdec_med);
