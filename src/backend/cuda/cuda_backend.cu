@@ -1079,7 +1079,6 @@ const dsp_backend_ops g_ops = {
 /* the device can run this build's kernels (sm_90 machine code or its PTX) */
 cudaError_t probe(int dev) {
     cudaError_t e = cudaSetDevice(dev);
-    if (e == cudaSuccess) e = dsp_cu_matmul_init();
     if (e == cudaSuccess) e = dsp_cu_attn_init();
     return e;
 }

@@ -61,8 +61,6 @@ cudaError_t dsp_cu_prep_launch(const dsp_cu_prep *a, int n_rows, cudaStream_t st
 /* y_i = x W_i^T for n (<= 3) matrices of the same K (any types) */
 cudaError_t dsp_cu_matmul(int n, const dsp_cu_mat *const *w, float *const *y, int n_rows, const dsp_cu_xpack *xb,
                           cudaStream_t st);
-/* set kernel attributes once (dynamic shared memory limits) */
-cudaError_t dsp_cu_matmul_init(void);
 
 /* ---- other ops (cuda_kernels.cu) -------------------------------------------------------------- */
 

@@ -329,4 +329,3 @@ cudaError_t dsp_cu_matmul(int n, const dsp_cu_mat *const *w, float *const *y, in
     return cudaSuccess;
 }
 
-cudaError_t dsp_cu_matmul_init(void) { return cudaSuccess; }
