@@ -16,6 +16,12 @@
  * Kernels read the batch from fixed device arrays, never from launch arguments, so one graph
  * serves every batch of its shape.
  *
+ * Fusion happens while recording, on adjacent records only, and never changes a bit: [add ->]
+ * rmsnorm -> matmul and swiglu -> matmul become one record whose input preparation does the
+ * producing ops (dsp_cu_prep); norm_rope(q), norm_rope(k), kv_write become one launch
+ * (dsp_cu_rope). Each fused kernel repeats the separate kernels' float operations in their order.
+ * DSP_CUDA_PROFILE=1 runs records one by one between events and prints the GPU time per op.
+ *
  * Errors: an op that cannot be recorded (staging growth failed, say) stores the first error and
  * later ops do nothing; end() returns it. Asynchronous kernel faults surface at the next
  * synchronisation (buf_read, end's check of the stream). */
