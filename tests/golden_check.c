@@ -1,4 +1,5 @@
 /* golden_check FIXTURE.json MODEL.gguf [--tol T] [--threads N] [--backend cpu|cuda] [--kv-type f16|bf16]
+ * golden_check --probe-cuda      exit 0 if the CUDA backend can run here, 77 (and a SKIP line) if not
  *
  * Compares dspark's forward pass with a Hugging Face transformers golden fixture
  * (tests/fixtures/golden/README.md), for every prompt of the fixture:
@@ -34,6 +35,16 @@ static int argmax(const float *x, int n) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--probe-cuda")) { /* exit 0 if the CUDA backend can run here, else 77 */
+        dsp_backend_params bp = {.kind = DSP_BACKEND_CUDA};
+        dsp_backend *be = NULL;
+        if (dsp_backend_create(&bp, &be)) {
+            printf("SKIP: %s\n", dsp_last_error());
+            return 77;
+        }
+        dsp_backend_destroy(be);
+        return 0;
+    }
     if (argc < 3) {
         fprintf(stderr, "usage: golden_check FIXTURE.json MODEL.gguf [--tol T] [--threads N]\n");
         return 2;
