@@ -20,6 +20,9 @@ void dsp_srv_config_default(dsp_srv_config *c) {
     c->max_queue = 64;
     c->max_body = (size_t)8 << 20;
     c->idle_timeout_s = 60;
+    c->request_timeout_s = 10;
+    c->keepalive_s = 15;
+    c->max_connections_per_client = 32;
     c->shutdown_timeout_s = 10;
     c->max_connections = 256;
     c->mode = DSP_SPEC_AUTO;
@@ -45,6 +48,7 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     atomic_init(&s->next_id, 1);
     s->created = (int64_t)ts.tv_sec;
     *out = s;
+    if (dsp_srv_metrics_create(s)) return DSP_ERR_NOMEM;
 
     if (cfg->chat_template && dsp_file_read(cfg->chat_template, (size_t)1 << 24, &s->template_src, NULL)) {
         fprintf(stderr, "dspark serve: cannot read --chat-template: %s\n", dsp_last_error());
@@ -86,6 +90,10 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     fprintf(stderr, "dspark serve: engine on %s: %u-token context, up to %d requests per round, KV cache %u tokens%s\n",
             dsp_engine_backend(s->engine), s->n_ctx, cfg->cp.max_batch, es.kv_blocks * es.block_tokens,
             cfg->cp.no_prefix_cache ? " (no prefix cache)" : " with prefix cache");
+    size_t tl = 0;
+    const char *tsrc = s->template_src ? s->template_src : dsp_model_chat_template(s->model, &tl);
+    if (s->template_src) tl = strlen(s->template_src);
+    s->tool_family = dsp_srv_tool_family_of(tsrc, tl);
 
     /* names: the first alias, else the file's base name without .gguf */
     const char *base = strrchr(cfg->model_path, '/');
@@ -101,8 +109,8 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
         return st;
     }
     if ((st = dsp_srv_http_start(s))) return st;
-    fprintf(stderr, "dspark serve: model '%s' (%s, %u-token context, speculation %s) loaded in %.1f s\n", s->model_id, info.arch, s->n_ctx,
-            dsp_spec_mode_to_string(cfg->mode), (dsp_srv_now_ms() - t0) / 1e3);
+    fprintf(stderr, "dspark serve: model '%s' (%s, %u-token context, speculation %s, tool calls: %s) loaded in %.1f s\n", s->model_id,
+            info.arch, s->n_ctx, dsp_spec_mode_to_string(cfg->mode), dsp_srv_tool_family_name(s->tool_family), (dsp_srv_now_ms() - t0) / 1e3);
     fprintf(stderr, "dspark serve: listening on http://%s%s%s:%d (OpenAI API under /v1)\n", strchr(cfg->host, ':') ? "[" : "", cfg->host,
             strchr(cfg->host, ':') ? "]" : "", s->port);
     return DSP_OK;
@@ -117,6 +125,7 @@ void dsp_srv_destroy(dsp_srv *s) {
     dsp_engine_destroy(s->engine);
     dsp_model_destroy(s->model);
     free(s->template_src);
+    dsp_srv_metrics_destroy(s);
     pthread_mutex_destroy(&s->q_mu);
     pthread_cond_destroy(&s->q_cv);
     pthread_cond_destroy(&s->idle_cv);

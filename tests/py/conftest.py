@@ -4,7 +4,9 @@ A test skips when something it needs is absent (a fetched model, ../shared/testd
 when run outside ctest). When any test of a file skipped (and none failed), pytest exits with 77,
 which CTest reports as "Skipped" (SKIP_RETURN_CODE, tests/CMakeLists.txt) instead of "Passed", as
 for the C tests; ctest runs pytest with -rs, so the reasons are printed. Under DSP_TEST_REQUIRE=1 (scripts/test, i.e. CI, where
-models and test data are always present) a skip is a failure, as in the C tests (tests/dsp_test.h).
+models and test data are always present) a skip is a failure, as in the C tests (tests/dsp_test.h),
+except for tests that need a GPU (they use the `gpu` fixture): a machine without one skips them
+whatever the setting, and CTest reports them as skipped.
 """
 import os
 
@@ -22,7 +24,7 @@ def _reason(longrepr):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
-    if REQUIRE and rep.skipped and not hasattr(rep, "wasxfail"):
+    if REQUIRE and rep.skipped and not hasattr(rep, "wasxfail") and "gpu" not in getattr(item, "fixturenames", ()):
         reason = _reason(rep.longrepr)
         rep.outcome = "failed"
         rep.longrepr = f"skipped ({reason}), but DSP_TEST_REQUIRE=1 says everything it needs is present"
