@@ -15,6 +15,10 @@ Types (what llama.cpp's quantize would typically write):
     q4_0       2-D weights Q4_0, token embedding / output Q8_0
     q4_1       2-D weights Q4_1, token embedding / output Q8_0 (like the default SmolLM2 file)
     q4_0-pure  every 2-D weight Q4_0
+    q4_k_m     llama.cpp's Q4_K_M recipe: 2-D weights Q4_K; attn_v and ffn_down Q6_K in the layers
+               llama.cpp's `use_more_bits` picks; the output (or the tied token embedding) Q6_K.
+               The gguf package only dequantizes K-quants, so Q4_K/Q6_K blocks are made here
+               (plain min/max rounding: valid blocks of the real layout, not llama.cpp's search).
 Norms are F32. The tokenizer is a byte-level BPE on a small corpus padded with unused tokens up
 to the shape's vocabulary size, enough for `dspark benchmark` to tokenize its prompt.
 
@@ -51,9 +55,82 @@ TYPES = {
     "q4_0": (QT.Q4_0, QT.Q8_0),
     "q4_1": (QT.Q4_1, QT.Q8_0),
     "q4_0-pure": (QT.Q4_0, QT.Q4_0),
+    "q4_k_m": (QT.Q4_K, QT.Q6_K),
 }
 FILE_TYPE = {"q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-             "q4_1": gguf.LlamaFileType.MOSTLY_Q4_1, "q4_0-pure": gguf.LlamaFileType.MOSTLY_Q4_0}
+             "q4_1": gguf.LlamaFileType.MOSTLY_Q4_1, "q4_0-pure": gguf.LlamaFileType.MOSTLY_Q4_0,
+             "q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M}
+
+
+def _f16_bytes(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float16).reshape(-1, 1).view(np.uint8)
+
+
+def quantize_q4_k(x: np.ndarray) -> np.ndarray:
+    """(rows, n) float32 -> (rows, n / 256 * 144) uint8 Q4_K blocks: per 32-weight sub-block
+    w = d * sc * q - dmin * m with 6-bit sc, m and 4-bit q (layout of gguf's Q4_K.dequantize_blocks)."""
+    rows = x.shape[0]
+    b = x.reshape(-1, 8, 32).astype(np.float32)
+    lo = np.minimum(b.min(axis=-1), 0.0)
+    hi = b.max(axis=-1)
+    scale = (hi - lo) / 15.0
+    mn = -lo
+    d = (scale.max(axis=-1) / 63.0).astype(np.float16).astype(np.float32)
+    dmin = (mn.max(axis=-1) / 63.0).astype(np.float16).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d[:, None] > 0, np.clip(np.rint(scale / d[:, None]), 0, 63), 0).astype(np.uint8)
+        m = np.where(dmin[:, None] > 0, np.clip(np.rint(mn / dmin[:, None]), 0, 63), 0).astype(np.uint8)
+        step = d[:, None] * sc
+        q = np.where(step[..., None] > 0, np.rint((b + (dmin[:, None] * m)[..., None]) / step[..., None]), 0)
+    q = np.clip(q, 0, 15).astype(np.uint8)  # (nb, 8, 32)
+    scales = np.empty((b.shape[0], 12), np.uint8)
+    scales[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
+    scales[:, 4:8] = (m[:, 0:4] & 63) | ((m[:, 4:8] >> 4) << 6)
+    scales[:, 8:12] = (sc[:, 4:8] & 15) | ((m[:, 4:8] & 15) << 4)
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(-1, 128)  # sub-block 2c low nibbles, 2c+1 high
+    out = np.concatenate([_f16_bytes(d), _f16_bytes(dmin), scales, qs], axis=1)
+    return out.reshape(rows, -1)
+
+
+def quantize_q6_k(x: np.ndarray) -> np.ndarray:
+    """(rows, n) float32 -> (rows, n / 256 * 210) uint8 Q6_K blocks: per 16 weights
+    w = d * sc * (q - 32) with int8 sc and 6-bit q (layout of gguf's Q6_K.dequantize_blocks)."""
+    rows = x.shape[0]
+    b = x.reshape(-1, 16, 16).astype(np.float32)
+    s = np.abs(b).max(axis=-1) / 31.0
+    d = (s.max(axis=-1) / 127.0).astype(np.float16).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d[:, None] > 0, np.clip(np.rint(s / d[:, None]), -128, 127), 0).astype(np.int8)
+        step = d[:, None] * sc.astype(np.float32)
+        q = np.where(step[..., None] != 0, np.rint(b / step[..., None]), 0)
+    q = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(-1, 2, 128)  # two halves of 128
+    ql = (q[:, :, 0:64] & 15) | ((q[:, :, 64:128] & 15) << 4)  # element e < 64: low nibble, e >= 64: high
+    qh = q.reshape(-1, 2, 4, 32) >> 4
+    qh = qh[:, :, 0] | (qh[:, :, 1] << 2) | (qh[:, :, 2] << 4) | (qh[:, :, 3] << 6)
+    out = np.concatenate([ql.reshape(-1, 128), qh.reshape(-1, 64), sc.view(np.uint8), _f16_bytes(d)], axis=1)
+    return out.reshape(rows, -1)
+
+
+def quantize(arr: np.ndarray, qt) -> np.ndarray:
+    """llama.cpp's blocks of type qt for a 2-D float32 array, row chunks at a time (memory)."""
+    fn = {QT.Q4_K: quantize_q4_k, QT.Q6_K: quantize_q6_k}.get(qt)
+    if fn is None:
+        return gguf.quants.quantize(np.ascontiguousarray(arr), qt)
+    return np.concatenate([fn(arr[i:i + 4096]) for i in range(0, arr.shape[0], 4096)], axis=0)
+
+
+def use_more_bits(layer: int, n_layers: int) -> bool:
+    """llama.cpp's choice of the layers whose attn_v / ffn_down get more bits in *_K_M files"""
+    return layer < n_layers // 8 or layer >= 7 * n_layers // 8 or (layer - n_layers // 8) % 3 == 2
+
+
+def tensor_type(kind: str, name: str, n_layers: int):
+    wt, et = TYPES[kind]
+    if name in ("token_embd.weight", "output.weight"):
+        return et
+    if kind == "q4_k_m" and (name.endswith("attn_v.weight") or name.endswith("ffn_down.weight")):
+        return QT.Q6_K if use_more_bits(int(name.split(".")[1]), n_layers) else wt
+    return wt
 
 
 def tensors(spec: dict, seed: int):
@@ -98,7 +175,6 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=4242)
     a = ap.parse_args()
     spec = SHAPES[a.shape]
-    wt, et = TYPES[a.type]
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     w = gguf.GGUFWriter(a.out, spec["arch"])
     w.add_type(gguf.GGUFType.MODEL)
@@ -124,8 +200,8 @@ def main() -> int:
         if arr.ndim == 1:
             w.add_tensor(name, np.ascontiguousarray(arr))
             continue
-        qt = et if name in ("token_embd.weight", "output.weight") else wt
-        q = gguf.quants.quantize(np.ascontiguousarray(arr), qt)
+        qt = tensor_type(a.type, name, spec["n_layers"])
+        q = quantize(arr, qt)
         w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
         print(f"  {name:28s} {qt.name:5s} {tuple(arr.shape)}", file=sys.stderr)
     w.write_header_to_file()
