@@ -245,7 +245,7 @@ static void test_q8_quantize(void) {
     const int64_t lens[] = {32, 64, 96, 256, 288, 576, 1056, 3072};
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
         const int64_t n = lens[li], nbp = dsp_cpu_q8_nbp(n);
-        const size_t rb = dsp_cpu_q8_row_bytes(n), used = (size_t)(52 * nbp);
+        const size_t rb = dsp_cpu_q8_row_bytes(n), used = (size_t)(72 * nbp);
         float *x = xalloc(sizeof(float) * (size_t)n);
         uint8_t *a = xalloc(rb), *b = xalloc(rb);
         for (int rep = 0; rep < 10; rep++) {
@@ -253,21 +253,23 @@ static void test_q8_quantize(void) {
             if (rep == 9) x[0] = NAN, x[n - 1] = INFINITY, x[n / 2] = -INFINITY; /* garbage in: defined, identical out */
             memset(a, 0xAB, rb);
             dsp_cpu_quantize_q8(x, n, a);
-            if (rep < 9) { /* the oracle itself: |x - dx * q| <= dx / 2, sums consistent */
+            if (rep < 9) { /* the oracle itself: |x - dx * q| <= dx / 2, sums and lane copies consistent */
                 const int8_t *q = dsp_cpu_q8_q(a);
                 const float *d = dsp_cpu_q8_d(a, nbp), *sx = dsp_cpu_q8_s(a, nbp);
-                const int32_t *S = dsp_cpu_q8_S(a, nbp), *Slo = dsp_cpu_q8_Slo(a, nbp), *Shi = dsp_cpu_q8_Shi(a, nbp);
+                const int32_t *nS = dsp_cpu_q8_nS(a, nbp), *nSlo = dsp_cpu_q8_nSlo(a, nbp), *nShi = dsp_cpu_q8_nShi(a, nbp);
                 int bad = 0;
                 for (int64_t bl = 0; bl < nbp; bl++) {
-                    int32_t lo = 0, hi = 0;
+                    int32_t sum[2][2] = {{0, 0}, {0, 0}};
+                    const float dx = d[2 * bl];
                     for (int k = 0; k < 32; k++) {
-                        const int64_t e = 32 * bl + k;
-                        if (bl < n / 32 && fabs((double)x[e] - (double)d[bl] * q[e]) > 0.5001 * d[bl] + 1e-30) bad++;
+                        const int64_t e = dsp_cpu_q8_index(bl, k);
+                        if (bl < n / 32 && fabs((double)x[32 * bl + k] - (double)dx * q[e]) > 0.5001 * dx + 1e-30) bad++;
                         if (bl >= n / 32 && q[e] != 0) bad++;
-                        if (k < 16) lo += q[e];
-                        else hi += q[e];
+                        sum[k / 16][(k / 4) % 2] += q[e];
                     }
-                    if (lo != Slo[bl] || hi != Shi[bl] || S[bl] != lo + hi || sx[bl] != d[bl] * (float)S[bl]) bad++;
+                    for (int h = 0; h < 2; h++)
+                        if (-nSlo[2 * bl + h] != sum[0][h] || -nShi[2 * bl + h] != sum[1][h] || -nS[2 * bl + h] != sum[0][h] + sum[1][h]) bad++;
+                    if (sx[2 * bl] != dx * (float)(sum[0][0] + sum[0][1] + sum[1][0] + sum[1][1]) || d[2 * bl + 1] != dx || sx[2 * bl + 1] != 0) bad++;
                 }
                 CHECK_MSG(!bad, "quantize_q8 n=%lld: %d bad values", (long long)n, bad);
             }
@@ -312,7 +314,7 @@ static void test_q8_matmul(void) {
                     /* the integer formulation against float arithmetic on the dequantized values */
                     double exact = 0, mag = 0;
                     for (int64_t k = 0; k < in; k++) {
-                        const double xv = (double)dsp_cpu_q8_d(xr, nbp)[k / 32] * dsp_cpu_q8_q(xr)[k];
+                        const double xv = (double)dsp_cpu_q8_d(xr, nbp)[2 * (k / 32)] * dsp_cpu_q8_q(xr)[dsp_cpu_q8_index(k / 32, (int)(k % 32))];
                         exact += (double)wd[k] * xv;
                         mag += fabs((double)wd[k] * xv);
                     }

@@ -27,17 +27,20 @@
  * (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) each activation row is quantized once per matmul input
  * (quantize_q8, layout below) and matmul_q8 computes the dot products in integers. The arithmetic
  * ("q8 block order"), identical in every table and for any number of rows:
- *   - per 32-weight block b the weight is w[k] = D_w * q[k] (+ M_w), q an integer (Q4_0: nibble - 8,
+ *   - per 32-weight block b the weight is w[e] = D_w * q[e] (+ M_w), q an integer (Q4_0: nibble - 8,
  *     Q8_0: the byte, Q6_K: 6 bits - 32 with one D_w per 16 weights, Q4_1/Q4_K/Q5_K: unsigned, with
  *     a min M_w: Q4_1 m, Q4_K/Q5_K -(dmin * m_j)); D_w is the float the reference dequantization
  *     multiplies by (Q4_K: d * sc_j);
- *   - P = sum_k q[k] * xq[k] over the block (over each 16-half for Q6_K) is exact (int32), however
- *     an ISA forms it (vpmaddubsw + vpmaddwd, vpdpbusd, offsets folded in through the block sums);
- *   - eight float lanes, lane j = b mod 8, start at +0 and take, for b = 0, 1, ... in order,
- *       L[j] = fma(D_w * dx[b], (float)P, L[j])      (Q6_K: the lower 16-half, then the upper)
- *       L[j] = fma(M_w, s[b], L[j])                   (the types with a min)
- *     over nbp = nb rounded up to 8 blocks (padding blocks have D_w = M_w = dx = s = P = 0);
- *   - y = (t4[0] + t4[2]) + (t4[1] + t4[3]) with t4[j] = L[j] + L[j + 4].
+ *   - the block splits into two halves, h = (e / 4) % 2 (weights 0-3, 8-11, 16-19, 24-27 and the
+ *     rest: what one 32-bit lane of vpdpbusd sums over the interleaved layout below), and
+ *     P[h] = sum q[e] * xq[e] over half h is exact (int32), however an ISA forms it (vpmaddubsw +
+ *     vpmaddwd, vpdpbusd, the weights' integer offsets folded in through the block sums S);
+ *     Q6_K has P_lo[h] (e < 16) and P_hi[h] (e >= 16) instead;
+ *   - sixteen float lanes, lane 2 * (b mod 8) + h, start at +0 and take, for b = 0, 1, ... nbp - 1
+ *     in order (nbp = nb rounded up to 8; padding blocks have D_w = M_w = dx = s = P = 0):
+ *       L = fma(D_w * dx[b], (float)P[h], L)            (Q6_K: P_lo with D_lo, then P_hi with D_hi)
+ *       L = fma(M_w, h ? 0 : s[b], L)                   (the types with a min)
+ *   - y = t2[0] + t2[1], t2[j] = t4[j] + t4[j + 2], t4[j] = t8[j] + t8[j + 4], t8[j] = L[j] + L[j + 8].
  * dsp_cpu_q8_dot_ref is that definition in portable C; tests hold every table to it bit for bit.
  * Quantization (quantize_q8, also identical everywhere): per block dx = max|x| / 127,
  * xq = round-to-nearest-even(x * (1 / dx)) clamped to [-127, 127] (NaN -> -127; dx = 0 -> all 0),
@@ -62,22 +65,36 @@ typedef void (*dsp_cpu_matmul_fn)(uint32_t type, const void *w, size_t row_bytes
 
 /* ---- 8-bit activation rows ("q8 rows") ------------------------------------------------------
  * A row of n activations (n a multiple of 32: nb blocks of 32, padded to nbp = nb rounded up to 8)
- * is dsp_cpu_q8_row_bytes(n) bytes, 64-byte aligned when the buffer is:
- *   int8_t  q[32 * nbp]   quants, block after block (padding blocks 0)
- *   float   d[nbp]        block scale dx
- *   float   s[nbp]        dx * (float)S   (the min term of Q4_1/Q4_K/Q5_K)
- *   int32_t S[nbp]        sum of the block's quants
- *   int32_t Slo[nbp]      sum of its lower 16 quants
- *   int32_t Shi[nbp]      sum of its upper 16 quants
- * (the sums let the integer dot products fold in the weights' offsets, e.g. Q4_0's -8) */
+ * is dsp_cpu_q8_row_bytes(n) bytes, 64-byte aligned when the buffer is. The per-block values are
+ * stored once per float lane (lane 2b + h, see above) so that kernels load them as vectors:
+ *   int8_t  q[32 * nbp]    quants, interleaved per group of 8 blocks (dsp_cpu_q8_index: element e
+ *                          of block b is at 256 * (b / 8) + 64 * (e / 8) + 8 * (b % 8) + e % 8, so
+ *                          a 64-byte vector holds 8 consecutive quants of each of 8 blocks and
+ *                          successive vpdpbusd accumulate the halves in place; padding blocks 0)
+ *   float   d[2 * nbp]     block scale dx, twice: d[2b] = d[2b + 1]
+ *   float   s[2 * nbp]     s[2b] = dx * (float)S, s[2b + 1] = 0   (the min term)
+ *   int32_t nS[2 * nbp]    nS[2b + h] = -(sum of the quants of half h of the block)
+ *   int32_t nSlo[2 * nbp]  the same over the block's lower 16 quants only
+ *   int32_t nShi[2 * nbp]  and over its upper 16
+ * (the sums seed each lane's integer accumulator with the weights' offset, e.g. Q4_0's -8 * S) */
 static inline int64_t dsp_cpu_q8_nbp(int64_t n) { return (n / 32 + 7) / 8 * 8; }
-static inline size_t dsp_cpu_q8_row_bytes(int64_t n) { return (size_t)((dsp_cpu_q8_nbp(n) * 52 + 63) / 64 * 64); }
+static inline int64_t dsp_cpu_q8_index(int64_t b, int e) { return 256 * (b / 8) + 64 * (e / 8) + 8 * (b % 8) + e % 8; }
+static inline size_t dsp_cpu_q8_row_bytes(int64_t n) { return (size_t)(dsp_cpu_q8_nbp(n) * 72); }
 static inline const int8_t *dsp_cpu_q8_q(const void *row) { return (const int8_t *)row; }
 static inline const float *dsp_cpu_q8_d(const void *row, int64_t nbp) { return (const float *)((const uint8_t *)row + 32 * nbp); }
-static inline const float *dsp_cpu_q8_s(const void *row, int64_t nbp) { return (const float *)((const uint8_t *)row + 36 * nbp); }
-static inline const int32_t *dsp_cpu_q8_S(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 40 * nbp); }
-static inline const int32_t *dsp_cpu_q8_Slo(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 44 * nbp); }
-static inline const int32_t *dsp_cpu_q8_Shi(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 48 * nbp); }
+static inline const float *dsp_cpu_q8_s(const void *row, int64_t nbp) { return (const float *)((const uint8_t *)row + 40 * nbp); }
+static inline const int32_t *dsp_cpu_q8_nS(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 48 * nbp); }
+static inline const int32_t *dsp_cpu_q8_nSlo(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 56 * nbp); }
+static inline const int32_t *dsp_cpu_q8_nShi(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 64 * nbp); }
+/* the per-lane values of block b from its scale and quant sums ([lower / upper 16][half]); shared
+ * by every quantize_q8 */
+static inline void dsp_cpu_q8_put_sums(int64_t b, float dx, const int32_t sum[2][2], float *d, float *s, int32_t *nS, int32_t *nSlo,
+                                       int32_t *nShi) {
+    const int32_t S = sum[0][0] + sum[0][1] + sum[1][0] + sum[1][1];
+    d[2 * b] = d[2 * b + 1] = dx;
+    s[2 * b] = dx * (float)S, s[2 * b + 1] = 0;
+    for (int h = 0; h < 2; h++) nS[2 * b + h] = -(sum[0][h] + sum[1][h]), nSlo[2 * b + h] = -sum[0][h], nShi[2 * b + h] = -sum[1][h];
+}
 
 /* 1 if matmul_q8 takes weights of this type (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K); the other types
  * keep f32 activations in every precision */

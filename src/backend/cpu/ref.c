@@ -97,27 +97,24 @@ int dsp_cpu_q8_type(uint32_t type) {
 void dsp_cpu_quantize_q8(const float *x, int64_t n, void *dst) {
     const int64_t nb = n / 32, nbp = dsp_cpu_q8_nbp(n);
     int8_t *q = dst;
-    float *d = (float *)(q + 32 * nbp), *s = d + nbp;
-    int32_t *S = (int32_t *)(s + nbp), *Slo = S + nbp, *Shi = Slo + nbp;
+    float *d = (float *)(q + 32 * nbp), *s = d + 2 * nbp;
+    int32_t *nS = (int32_t *)(s + 2 * nbp), *nSlo = nS + 2 * nbp, *nShi = nSlo + 2 * nbp;
     for (int64_t b = 0; b < nbp; b++) {
         float amax = 0;
         if (b < nb)
             for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[32 * b + k]));
         const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
-        int32_t sum[2] = {0, 0};
+        int32_t sum[2][2] = {{0, 0}, {0, 0}}; /* [lower / upper 16][half] */
         for (int k = 0; k < 32; k++) {
             int v = 0;
             if (b < nb) {
                 /* NaN -> -127 (fmaxf drops it), like the SIMD max(v, -127); |x * id| <= 127 + rounding */
                 v = (int)nearbyintf(fminf(fmaxf(x[32 * b + k] * id, -127.0f), 127.0f));
             }
-            q[32 * b + k] = (int8_t)v;
-            sum[k / 16] += v;
+            q[dsp_cpu_q8_index(b, k)] = (int8_t)v;
+            sum[k / 16][(k / 4) % 2] += v;
         }
-        d[b] = db;
-        S[b] = sum[0] + sum[1];
-        Slo[b] = sum[0], Shi[b] = sum[1];
-        s[b] = db * (float)S[b];
+        dsp_cpu_q8_put_sums(b, db, sum, d, s, nS, nSlo, nShi);
     }
 }
 
@@ -127,16 +124,16 @@ static float f16(const uint8_t *p) {
     return dsp_f16_to_f32(h);
 }
 
-/* block b (32 weights) of a row of `type` as integers q[] with w = D[k / 16] * q[k] + M; returns 1
- * if the type has a min M */
-static int q8_wblock(uint32_t type, const uint8_t *row, int64_t b, int q[32], float D[2], float *M) {
+/* block b (32 weights) of a row of `type` as integers q[] with w = D[k / 16] * q[k] + M (M = 0
+ * for the types without a min) */
+static void q8_wblock(uint32_t type, const uint8_t *row, int64_t b, int q[32], float D[2], float *M) {
     *M = 0;
     switch (type) {
     case DSP_Q8_0: {
         const uint8_t *p = row + 34 * b;
         D[0] = D[1] = f16(p);
         for (int k = 0; k < 32; k++) q[k] = (int8_t)p[2 + k];
-        return 0;
+        return;
     }
     case DSP_Q4_0:
     case DSP_Q4_1: {
@@ -145,7 +142,7 @@ static int q8_wblock(uint32_t type, const uint8_t *row, int64_t b, int q[32], fl
         D[0] = D[1] = f16(p);
         for (int k = 0; k < 16; k++) q[k] = (qs[k] & 15) - (q41 ? 0 : 8), q[k + 16] = (qs[k] >> 4) - (q41 ? 0 : 8);
         if (q41) *M = f16(p + 2);
-        return q41;
+        return;
     }
     case DSP_Q4_K:
     case DSP_Q5_K: {
@@ -156,7 +153,7 @@ static int q8_wblock(uint32_t type, const uint8_t *row, int64_t b, int q[32], fl
         D[0] = D[1] = f16(p) * (float)sc;
         *M = -(f16(p + 2) * (float)m);
         for (int k = 0; k < 32; k++) q[k] = ((qs[k] >> (4 * (j % 2))) & 15) | (q5 ? ((p[16 + k] >> j) & 1) << 4 : 0);
-        return 1;
+        return;
     }
     case DSP_Q6_K: {
         const uint8_t *p = row + 210 * (b / 8);
@@ -168,9 +165,9 @@ static int q8_wblock(uint32_t type, const uint8_t *row, int64_t b, int q[32], fl
             int lo = (p[64 * h + 32 * (c % 2) + k] >> (4 * (c / 2))) & 15, hi = (p[128 + 32 * h + k] >> (2 * c)) & 3;
             q[k] = (lo | hi << 4) - 32;
         }
-        return 0;
+        return;
     }
-    default: return 0;
+    default: return;
     }
 }
 
@@ -178,26 +175,28 @@ float dsp_cpu_q8_dot_ref(uint32_t type, const void *wrow, const void *xq, int64_
     const int64_t nb = n / 32, nbp = dsp_cpu_q8_nbp(n);
     const int8_t *xqs = dsp_cpu_q8_q(xq);
     const float *dx = dsp_cpu_q8_d(xq, nbp), *sx = dsp_cpu_q8_s(xq, nbp);
-    float L[8] = {0};
+    const int has_min = type == DSP_Q4_1 || type == DSP_Q4_K || type == DSP_Q5_K;
+    float L[16] = {0};
     for (int64_t b = 0; b < nbp; b++) {
-        int q[32] = {0}, mn = 0;
+        int q[32] = {0};
         float D[2] = {0, 0}, M = 0;
-        if (b < nb) mn = q8_wblock(type, wrow, b, q, D, &M);
-        int32_t P[2] = {0, 0};
-        for (int k = 0; k < 32; k++) P[k / 16] += q[k] * xqs[32 * b + k];
-        float *l = &L[b % 8];
-        if (type == DSP_Q6_K) {
-            *l = fmaf(D[0] * dx[b], (float)P[0], *l);
-            *l = fmaf(D[1] * dx[b], (float)P[1], *l);
-        } else {
-            *l = fmaf(D[0] * dx[b], (float)(P[0] + P[1]), *l);
+        if (b < nb) q8_wblock(type, wrow, b, q, D, &M);
+        int32_t P[2][2] = {{0, 0}, {0, 0}}; /* [half][lower / upper 16] */
+        for (int e = 0; e < 32; e++) P[(e / 4) % 2][e / 16] += q[e] * xqs[dsp_cpu_q8_index(b, e)];
+        for (int h = 0; h < 2; h++) {
+            float *l = &L[2 * (b % 8) + h];
+            if (type == DSP_Q6_K) {
+                *l = fmaf(D[0] * dx[2 * b], (float)P[h][0], *l);
+                *l = fmaf(D[1] * dx[2 * b], (float)P[h][1], *l);
+            } else {
+                *l = fmaf(D[0] * dx[2 * b], (float)(P[h][0] + P[h][1]), *l);
+            }
+            if (has_min) *l = fmaf(M, sx[2 * b + h], *l);
         }
-        /* padding blocks of min types contribute fma(0, 0, L) like the SIMD lanes */
-        if (mn || (b >= nb && (type == DSP_Q4_1 || type == DSP_Q4_K || type == DSP_Q5_K))) *l = fmaf(M, sx[b], *l);
     }
-    float t4[4];
-    for (int j = 0; j < 4; j++) t4[j] = L[j] + L[j + 4];
-    return (t4[0] + t4[2]) + (t4[1] + t4[3]);
+    for (int w = 8; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) L[j] = L[j] + L[j + w];
+    return L[0];
 }
 
 void dsp_cpu_ref_matmul_q8(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1, const void *xq,
