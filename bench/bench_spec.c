@@ -124,11 +124,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_spec: %s\n", dsp_last_error());
         return 1;
     }
-    dsp_ctx_params cp = dsp_ctx_default_params();
+    dsp_engine_params cp = dsp_engine_default_params();
     cp.n_threads = threads;
     cp.n_ctx = 2048;
-    dsp_ctx *c;
-    if (dsp_ctx_create(m, &cp, &c)) {
+    cp.max_batch = 1;
+    cp.no_prefix_cache = true; /* no prefix reuse between modes: each run prefills */
+    dsp_engine *c;
+    if (dsp_engine_create(m, &cp, &c)) {
         fprintf(stderr, "bench_spec: %s\n", dsp_last_error());
         return 1;
     }
@@ -183,8 +185,6 @@ int main(int argc, char **argv) {
             static collect cb_, cs_;
             for (int r = fi == 0 ? -1 : 0; r < reps; r++) { /* r = -1: warm-up (first prompt of a set) */
                 for (int mode = 0; mode < 2; mode++) {
-                    dsp_seq *s;
-                    dsp_seq_create(c, &s); /* a fresh sequence: no prefix reuse between modes */
                     dsp_gen_params gp = dsp_gen_default_params();
                     gp.max_tokens = n_tokens;
                     gp.mode = mode ? DSP_SPEC_LOOKUP : DSP_SPEC_BASELINE;
@@ -192,11 +192,10 @@ int main(int argc, char **argv) {
                     collect *cl = mode ? &cs_ : &cb_;
                     cl->n = 0;
                     dsp_gen_result gr;
-                    if (dsp_generate(c, s, ids, n_ids, &gp, on_tok, cl, &gr)) {
+                    if (dsp_generate(c, ids, n_ids, &gp, on_tok, cl, &gr)) {
                         fprintf(stderr, "bench_spec: %s: %s\n", path, dsp_last_error());
                         return 1;
                     }
-                    dsp_seq_destroy(s);
                     if (r < 0) continue;
                     double tps = gr.decode_ms > 0 ? (double)gr.n_generated / (gr.decode_ms / 1e3) : 0;
                     if (mode) {
@@ -247,7 +246,7 @@ int main(int argc, char **argv) {
                    res[i].name, res[i].n_prompts, res[i].base_tps, res[i].spec_tps, res[i].speedup_median, res[i].speedup_aggregate, res[i].mean_accept_len,
                    res[i].accept_rate, res[i].mismatches ? " (OUTPUT MISMATCH)" : "");
     }
-    dsp_ctx_destroy(c);
+    dsp_engine_destroy(c);
     dsp_model_destroy(m);
     return rc;
 }

@@ -132,27 +132,46 @@ const char *dsp_model_chat_template(const dsp_model *m, size_t *len);
 dsp_status dsp_chat_render(const dsp_model *m, const char *template_src, const char *context_json, size_t len, char **out,
                            size_t *out_len);
 
-/* ---- inference -------------------------------------------------------------------------- */
+/* ---- inference: the engine ---------------------------------------------------------------- *
+ *
+ * One dsp_engine runs one model for many requests at once (continuous batching, DESIGN.md §1).
+ * It is non-blocking: submit requests, call dsp_engine_step to run one round (one forward over
+ * every running sequence: prefill chunks, decode tokens and verify blocks together), and read the
+ * events that round produced (tokens, logprobs, finish). A request can be cancelled at any round
+ * boundary, prefill included. KV blocks of finished requests stay in a prefix cache, so a request
+ * that starts like an earlier one (a follow-up turn, a shared system prompt) computes only the
+ * rest. dsp_generate is a small blocking helper on top.
+ *
+ * Threads: an engine is used from one thread at a time (the server has one engine thread). */
 
-typedef struct dsp_ctx dsp_ctx; /* forward pass, KV pool, threads, sampler scratch for one model */
-typedef struct dsp_seq dsp_seq; /* one sequence (a conversation): its tokens and their KV cache */
+typedef struct dsp_engine dsp_engine;
 
-typedef struct dsp_ctx_params {
-    int n_threads;          /* 0 = number of physical cores */
+typedef enum dsp_device {
+    DSP_DEVICE_AUTO = 0,    /* the GPU when this build has CUDA and one is present, else the CPU */
+    DSP_DEVICE_CPU,
+    DSP_DEVICE_CUDA,
+} dsp_device;
+const char *dsp_device_to_string(dsp_device d); /* "auto", "cpu", "cuda" */
+
+typedef struct dsp_engine_params {
+    dsp_device device;
+    int gpu;                /* CUDA device index */
+    int n_threads;          /* CPU threads; 0 = physical cores */
     uint32_t n_ctx;         /* tokens per sequence; 0 = min(training context, 4096) */
-    uint32_t kv_tokens;     /* KV pool capacity over all sequences; 0 = n_ctx */
-    int max_batch_tokens;   /* tokens in one forward (prefill chunk size); 0 = 512 */
-} dsp_ctx_params;
+    uint64_t kv_memory;     /* bytes of KV cache over all sequences; 0 = enough for max_batch full contexts,
+                             * at most a quarter of physical memory (and at least one context) */
+    uint32_t kv_tokens;     /* the same in tokens (wins over kv_memory when set) */
+    int max_batch;          /* sequences running at once (0 = 8) */
+    int batch_tokens;       /* tokens in one round, also the longest prefill chunk (0 = 512) */
+    bool no_prefix_cache;   /* never reuse KV across requests */
+    bool progress;          /* weight upload progress on stderr */
+} dsp_engine_params;
 
-dsp_ctx_params dsp_ctx_default_params(void);
-dsp_status dsp_ctx_create(dsp_model *m, const dsp_ctx_params *p, dsp_ctx **out);
-void dsp_ctx_destroy(dsp_ctx *c);
-uint32_t dsp_ctx_n_ctx(const dsp_ctx *c);
-
-dsp_status dsp_seq_create(dsp_ctx *c, dsp_seq **out);
-void dsp_seq_destroy(dsp_seq *s);
-/* tokens whose KV is cached (a following dsp_generate reuses their common prefix) */
-size_t dsp_seq_n_cached(const dsp_seq *s);
+dsp_engine_params dsp_engine_default_params(void);
+dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *p, dsp_engine **out);
+void dsp_engine_destroy(dsp_engine *e);
+uint32_t dsp_engine_n_ctx(const dsp_engine *e);
+const char *dsp_engine_backend(const dsp_engine *e); /* "cpu avx512, 2 threads", ... */
 
 #define DSP_MAX_STOP 4          /* stop strings per request (OpenAI's limit) */
 #define DSP_MAX_LOGPROBS 20
@@ -199,7 +218,7 @@ typedef enum dsp_finish {
     DSP_FINISH_NONE = 0,
     DSP_FINISH_STOP,       /* end-of-generation token or stop string */
     DSP_FINISH_LENGTH,     /* max_tokens or the context limit */
-    DSP_FINISH_CANCELLED,  /* the callback asked to stop */
+    DSP_FINISH_CANCELLED,  /* cancelled (dsp_engine_cancel, or the callback asked to stop) */
 } dsp_finish;
 const char *dsp_finish_to_string(dsp_finish f); /* "stop", "length", "cancelled" */
 
@@ -226,7 +245,7 @@ typedef bool (*dsp_token_cb)(const dsp_token_event *ev, void *user);
 typedef struct dsp_gen_result {
     dsp_finish finish;
     size_t n_prompt;        /* prompt tokens */
-    size_t n_cached;        /* of which reused from the sequence's cache */
+    size_t n_cached;        /* of which reused from the prefix cache */
     size_t n_generated;     /* sampled tokens (an end-of-generation token counts) */
     double prefill_ms, decode_ms;
     /* Speculation statistics. A round decides at least one token: the first from the prefill
@@ -240,13 +259,57 @@ typedef struct dsp_gen_result {
     size_t accept_hist[DSP_MAX_DRAFT + 2];
 } dsp_gen_result;
 
-/* Generate a continuation of prompt (the sequence's whole token list, e.g. a rendered chat) on
- * sequence s, reusing the KV of the longest common prefix with what s holds. Tokens are reported
- * through cb as they are decided. On return s holds prompt + generated tokens. A prompt that does
- * not fit the context is DSP_ERR_RANGE; invalid parameters are DSP_ERR_INVALID_ARG naming the
- * field. */
-dsp_status dsp_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p,
-                        dsp_token_cb cb, void *user, dsp_gen_result *res);
+typedef uint64_t dsp_req_id;
+
+/* Queue a request: generate a continuation of prompt (the whole token list, e.g. a rendered chat).
+ * Validated here: an empty prompt, ids out of the vocabulary or bad parameters are
+ * DSP_ERR_INVALID_ARG naming the field; a prompt that does not fit the context, or a request
+ * whose prompt + max_tokens needs more KV than the whole cache holds, is DSP_ERR_RANGE naming
+ * the limit. p is copied (stop strings and logit bias too). user comes back in its events. */
+dsp_status dsp_engine_submit(dsp_engine *e, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p, void *user, dsp_req_id *id);
+/* Stop a request at the next round boundary (its DONE event says cancelled). Unknown or finished
+ * ids are ignored. */
+void dsp_engine_cancel(dsp_engine *e, dsp_req_id id);
+/* true when nothing is waiting or running */
+bool dsp_engine_idle(const dsp_engine *e);
+
+typedef enum dsp_event_type {
+    DSP_EVENT_TOKEN = 0,    /* one decided token (tok) */
+    DSP_EVENT_DONE,         /* the request ended: status (DSP_OK or the error), res */
+} dsp_event_type;
+
+typedef struct dsp_event {
+    dsp_event_type type;
+    dsp_req_id id;
+    void *user;
+    dsp_token_event tok;        /* TOKEN */
+    dsp_status status;          /* DONE: DSP_OK, or why the request failed (error has the message) */
+    const char *error;          /* DONE with an error */
+    const dsp_gen_result *res;  /* DONE: finish reason, counts, timings */
+} dsp_event;
+
+/* Run one round. *events receives the round's events in order (every TOKEN of a request before
+ * its DONE), valid until the next step. A request's TOKEN events come in generation order. Returns
+ * an error only for problems of the engine itself; a failing request gets a DONE event with its
+ * status instead. */
+dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_events);
+
+/* What the engine is doing, for metrics and logs. Counters are totals since creation. */
+typedef struct dsp_engine_stats {
+    uint32_t waiting, running;
+    uint32_t kv_blocks, kv_blocks_used, kv_blocks_cached, block_tokens;
+    uint64_t requests, prompt_tokens, cached_tokens, generated_tokens;
+    uint64_t rounds, spec_rounds, drafted, accepted, evicted_blocks;
+    uint64_t accept_hist[DSP_MAX_DRAFT + 2]; /* verify rounds by tokens they decided */
+} dsp_engine_stats;
+void dsp_engine_get_stats(const dsp_engine *e, dsp_engine_stats *st);
+/* Drop every cached prefix (blocks of running requests are kept). */
+void dsp_engine_clear_cache(dsp_engine *e);
+
+/* Blocking helper: submit, then step until this request is done, reporting its tokens through cb
+ * (return false to cancel). Other requests already submitted make progress meanwhile. */
+dsp_status dsp_generate(dsp_engine *e, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p, dsp_token_cb cb, void *user,
+                        dsp_gen_result *res);
 
 #ifdef __cplusplus
 }

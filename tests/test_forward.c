@@ -157,6 +157,7 @@ int main(void) {
     fp.n_ctx = 256;
     fp.max_batch_tokens = 64;
     fp.n_threads = 2;
+    fp.max_taps = 2;
     CHECK(dsp_fwd_create(g_m, &fp, &g_f) == DSP_OK);
     g_V = dsp_fwd_n_vocab(g_f);
     DSP_RUN(test_batch_invariance);

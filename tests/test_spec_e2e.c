@@ -12,7 +12,9 @@
  *    spec.h), seeded runs are reproducible;
  *  - the drafter interface: a drafter that supplies q (rejection sampling) is reproducible and
  *    greedy-lossless; a drafter that asks for hidden-state taps receives one row per committed
- *    position, each exactly once, in order.
+ *    position, each exactly once, in order, bit-identical to a direct forward's hidden state.
+ * Every run starts from an empty sequence (the engine here has no prefix cache), so each mode does
+ * its own prefill; a second engine with the prefix cache checks what is left behind for a follow-up.
  * The statistical proof that the verifier samples the exact target is tests/test_spec_verify.c.
  *
  * Cost: the default model decodes at ~10-20 tok/s on the 2-core CI machine with the reference
@@ -28,6 +30,8 @@
 
 #include "dspark.h"
 #include "engine/engine.h"
+#include "model/forward.h"
+#include "model/model.h"
 #include "spec/spec.h"
 
 #include <stdio.h>
@@ -35,7 +39,8 @@
 #include <string.h>
 
 static dsp_model *g_m;
-static dsp_ctx *g_c;
+static dsp_engine *g_e;  /* no prefix cache: every run prefills */
+static dsp_engine *g_pc; /* with the prefix cache: what a run leaves behind */
 static int g_tokens = 16;
 static bool g_full = false;
 
@@ -128,10 +133,49 @@ typedef struct run_out {
     dsp_gen_result r;
 } run_out;
 
-static void run(dsp_seq *s, const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) {
+static void run_on(dsp_engine *e, const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) {
     memset(&o->ev, 0, sizeof o->ev);
-    dsp_status st = dsp_generate(g_c, s, p, (size_t)n, gp, collect, &o->ev, &o->r);
+    dsp_status st = dsp_generate(e, p, (size_t)n, gp, collect, &o->ev, &o->r);
     CHECK_MSG(st == DSP_OK, "%s", dsp_last_error());
+}
+
+static void run(const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) { run_on(g_e, p, n, gp, o); }
+
+/* With an explicit drafter (the test-only submit). */
+static void run_drafter(dsp_drafter *d, const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) {
+    memset(&o->ev, 0, sizeof o->ev);
+    dsp_req_id id;
+    dsp_status st = dsp_engine_submit_drafter(g_e, p, (size_t)n, gp, d, NULL, &id);
+    CHECK_MSG(st == DSP_OK, "%s", dsp_last_error());
+    for (bool done = st != DSP_OK; !done;) {
+        const dsp_event *ev;
+        size_t n_ev;
+        CHECK(dsp_engine_step(g_e, &ev, &n_ev) == DSP_OK);
+        for (size_t i = 0; i < n_ev; i++) {
+            if (ev[i].id != id) continue;
+            if (ev[i].type == DSP_EVENT_TOKEN) collect(&ev[i].tok, &o->ev);
+            else {
+                o->r = *ev[i].res, done = true;
+                CHECK(ev[i].status == DSP_OK);
+            }
+        }
+    }
+}
+
+/* Tokens a follow-up request reuses after `gp` ran on p (a fresh cache each time). */
+static size_t cached_after(const int32_t *p, int n, const dsp_gen_params *gp) {
+    static run_out o, probe;
+    dsp_engine_clear_cache(g_pc);
+    run_on(g_pc, p, n, gp, &o);
+    static int32_t p2[1024];
+    memcpy(p2, p, sizeof(int32_t) * (size_t)n);
+    memcpy(p2 + n, o.ev.ids, sizeof(int32_t) * (size_t)o.ev.n);
+    int n2 = n + o.ev.n;
+    n2 += tokenize("\n<|im_start|>user\nAgain, please.<|im_end|>\n<|im_start|>assistant\n", p2 + n2, (size_t)(1024 - n2));
+    dsp_gen_params g1 = dsp_gen_default_params();
+    g1.max_tokens = 1;
+    run_on(g_pc, p2, n2, &g1, &probe);
+    return probe.r.n_cached;
 }
 
 /* identical output, event by event; returns true if so */
@@ -155,20 +199,18 @@ static void test_greedy_lossless(void) {
     for (int pi = 0; pi < N_PROMPTS; pi++) {
         int32_t ids[512];
         int n = tokenize(g_prompts[pi], ids, 512);
-        dsp_seq *s;
-        CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
         for (int pen = 0; pen < 2; pen++) {
             dsp_gen_params gp = dsp_gen_default_params();
             gp.max_tokens = g_tokens;
             gp.logprobs = 2;
             if (pen) gp.presence_penalty = 0.6f, gp.frequency_penalty = 0.4f, gp.repetition_penalty = 1.15f;
             static run_out base, spec;
-            run(s, ids, n, &gp, &base);
+            run(ids, n, &gp, &base);
             for (size_t di = 0; di < sizeof g_drafts / sizeof g_drafts[0]; di++) {
                 if (!g_full && di != (size_t)(pi * 2 + pen) % 6) continue;
                 gp.mode = DSP_SPEC_LOOKUP;
                 gp.max_draft = g_drafts[di];
-                run(s, ids, n, &gp, &spec);
+                run(ids, n, &gp, &spec);
                 char what[96];
                 snprintf(what, sizeof what, "prompt %d, penalties %d, max_draft %d", pi, pen, g_drafts[di]);
                 same(&base, &spec, what);
@@ -177,7 +219,6 @@ static void test_greedy_lossless(void) {
             }
             gp.mode = DSP_SPEC_BASELINE;
         }
-        dsp_seq_destroy(s);
     }
     fprintf(stderr, "  level %s, %d tokens: %d lookup runs over %d prompts: %zu tokens in %zu rounds, %zu/%zu drafts accepted\n", g_full ? "full" : "quick", g_tokens, runs, N_PROMPTS, gen, rounds, accepted,
             drafted);
@@ -189,13 +230,11 @@ static void test_greedy_lossless(void) {
 static void test_stops_inside_blocks(void) {
     int32_t ids[512];
     int n = tokenize(g_prompts[0], ids, 512);
-    dsp_seq *s;
-    CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
     dsp_gen_params gp = dsp_gen_default_params();
     gp.max_tokens = 40;
     gp.logprobs = 1;
     static run_out full, a, b;
-    run(s, ids, n, &gp, &full);
+    run(ids, n, &gp, &full);
     CHECK(full.ev.n >= 12);
     /* stops: across the boundary of tokens 6|7, inside token 9, and max_tokens = 5, 11 */
     for (int cse = 0; cse < 4; cse++) {
@@ -212,17 +251,17 @@ static void test_stops_inside_blocks(void) {
         } else {
             g2.max_tokens = cse == 2 ? 5 : 11;
         }
-        run(s, ids, n, &g2, &a);
-        size_t cached_base = dsp_seq_n_cached(s);
+        run(ids, n, &g2, &a);
+        size_t cached_base = cached_after(ids, n, &g2);
         for (int di = 0; di < 6; di++) {
             if (!g_full && di != 1 && di != 5) continue; /* quick: max_draft 2 and 16 */
             g2.mode = DSP_SPEC_LOOKUP;
             g2.max_draft = g_drafts[di];
-            run(s, ids, n, &g2, &b);
+            run(ids, n, &g2, &b);
             char what[64];
             snprintf(what, sizeof what, "stop case %d max_draft %d", cse, g_drafts[di]);
             same(&a, &b, what);
-            CHECK_EQ_INT(dsp_seq_n_cached(s), cached_base);
+            CHECK_EQ_INT(cached_after(ids, n, &g2), cached_base);
             if (cse < 2) {
                 CHECK_EQ_INT(b.r.finish, DSP_FINISH_STOP);
                 CHECK(strstr(b.ev.text, stop) == NULL);
@@ -234,7 +273,7 @@ static void test_stops_inside_blocks(void) {
     CHECK_EQ_INT(full.r.finish, DSP_FINISH_STOP);
     gp.mode = DSP_SPEC_LOOKUP;
     gp.max_draft = 16;
-    run(s, ids, n, &gp, &b);
+    run(ids, n, &gp, &b);
     same(&full, &b, "EOS");
     /* a follow-up turn after a lookup reply reuses exactly what it reuses after a baseline reply */
     int32_t p2[1024];
@@ -242,15 +281,13 @@ static void test_stops_inside_blocks(void) {
     memcpy(p2 + n, b.ev.ids, sizeof(int32_t) * (size_t)b.ev.n);
     int n2 = n + b.ev.n;
     n2 += tokenize("\n<|im_start|>user\nAgain, please.<|im_end|>\n<|im_start|>assistant\n", p2 + n2, (size_t)(1024 - n2));
-    run(s, p2, n2, &gp, &b);
-    CHECK_EQ_INT(b.r.n_cached, n + full.ev.n - 1);
+    dsp_engine_clear_cache(g_pc);
+    run_on(g_pc, ids, n, &gp, &b);
+    run_on(g_pc, p2, n2, &gp, &b);
+    CHECK_EQ_INT(b.r.n_cached, (n + full.ev.n - 1) / 16 * 16); /* whole blocks of what was fed */
     gp.mode = DSP_SPEC_BASELINE;
-    dsp_seq *s2;
-    CHECK(dsp_seq_create(g_c, &s2) == DSP_OK);
-    run(s2, p2, n2, &gp, &a);
+    run(p2, n2, &gp, &a);
     same(&a, &b, "second turn");
-    dsp_seq_destroy(s2);
-    dsp_seq_destroy(s);
 }
 
 static void test_sampling_equals_baseline(void) {
@@ -265,8 +302,6 @@ static void test_sampling_equals_baseline(void) {
             if (!g_full && pi % 3 != ci % 3) continue; /* quick: 1-2 prompts per configuration */
             int32_t ids[512];
             int n = tokenize(g_prompts[prompts[pi]], ids, 512);
-            dsp_seq *s;
-            CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
             dsp_gen_params gp = dsp_gen_default_params();
             gp.max_tokens = g_tokens;
             gp.temperature = cfgs[ci].t, gp.top_p = cfgs[ci].top_p, gp.min_p = cfgs[ci].min_p, gp.top_k = cfgs[ci].top_k;
@@ -274,19 +309,18 @@ static void test_sampling_equals_baseline(void) {
             gp.seed = 1000 + ci * 10 + pi;
             gp.logprobs = 1;
             static run_out base, x, y;
-            run(s, ids, n, &gp, &base);
+            run(ids, n, &gp, &base);
             gp.mode = DSP_SPEC_LOOKUP;
             gp.max_draft = 8;
-            run(s, ids, n, &gp, &x);
-            run(s, ids, n, &gp, &y);
+            run(ids, n, &gp, &x);
+            run(ids, n, &gp, &y);
             char what[64];
             snprintf(what, sizeof what, "sampling config %zu prompt %d", ci, prompts[pi]);
             same(&base, &x, what);
             same(&x, &y, "seeded lookup twice");
             gp.max_draft = 3;
-            run(s, ids, n, &gp, &y);
+            run(ids, n, &gp, &y);
             same(&x, &y, "seeded lookup, another max_draft");
-            dsp_seq_destroy(s);
         }
 }
 
@@ -329,32 +363,26 @@ static void test_q_drafter(void) {
     x.base.ops = &qd_ops;
     x.base.supplies_q = true;
     x.V = dsp_tokenizer_n_vocab(dsp_model_tokenizer(g_m));
-    dsp_lookup_params lp = {2, 4, 8, dsp_ctx_n_ctx(g_c), false};
+    dsp_lookup_params lp = {2, 4, 8, dsp_engine_n_ctx(g_e), false};
     CHECK(dsp_lookup_create(&lp, &x.lk) == DSP_OK);
     int32_t ids[512];
     int n = tokenize(g_prompts[10], ids, 512);
-    dsp_seq *s;
-    CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
     dsp_gen_params gp = dsp_gen_default_params();
     gp.max_tokens = g_tokens;
     gp.max_draft = 8;
     gp.logprobs = 0;
     static run_out base, a, b;
-    run(s, ids, n, &gp, &base); /* greedy */
-    memset(&a.ev, 0, sizeof a.ev);
-    CHECK(dsp_engine_generate(g_c, s, ids, (size_t)n, &gp, &x.base, DSP_SPEC_FAULT_NONE, collect, &a.ev, &a.r) == DSP_OK);
+    run(ids, n, &gp, &base); /* greedy */
+    run_drafter(&x.base, ids, n, &gp, &a);
     same(&base, &a, "q drafter, greedy");
     CHECK(a.r.n_drafted > 0);
     gp.temperature = 0.9f;
     gp.seed = 5;
-    memset(&a.ev, 0, sizeof a.ev);
-    memset(&b.ev, 0, sizeof b.ev);
-    CHECK(dsp_engine_generate(g_c, s, ids, (size_t)n, &gp, &x.base, DSP_SPEC_FAULT_NONE, collect, &a.ev, &a.r) == DSP_OK);
-    CHECK(dsp_engine_generate(g_c, s, ids, (size_t)n, &gp, &x.base, DSP_SPEC_FAULT_NONE, collect, &b.ev, &b.r) == DSP_OK);
+    run_drafter(&x.base, ids, n, &gp, &a);
+    run_drafter(&x.base, ids, n, &gp, &b);
     same(&a, &b, "q drafter, seeded twice");
     CHECK(a.r.n_accepted > 0);
     dsp_drafter_destroy(x.lk);
-    dsp_seq_destroy(s);
 }
 
 /* Wants taps: checks it is shown every committed position's hidden state exactly once, in order. */
@@ -364,6 +392,7 @@ typedef struct tapdrafter {
     uint32_t next_pos; /* next position whose tap row is expected */
     int bad, rows;
     int E;
+    float *seen;       /* (512, E): the row shown for each position */
 } tapdrafter;
 
 static int32_t td_propose(dsp_drafter *d, const int32_t *t, uint32_t n, int32_t k_max, int32_t *draft, float *q) {
@@ -374,11 +403,9 @@ static void td_observe(dsp_drafter *d, const dsp_spec_commit *c) {
     dsp_drafter_observe(x->lk, c);
     if (c->n_tap_rows == 0) return;
     if (!c->taps || c->tap_pos != x->next_pos) x->bad++;
-    for (int r = 0; c->taps && r < c->n_tap_rows; r++) {
-        float s = 0;
-        for (int i = 0; i < x->E; i++) s += c->taps[(size_t)r * (size_t)x->E + (size_t)i] * c->taps[(size_t)r * (size_t)x->E + (size_t)i];
-        if (!(s > 0)) x->bad++;
-    }
+    for (int r = 0; c->taps && r < c->n_tap_rows; r++)
+        if (c->tap_pos + (uint32_t)r < 512)
+            memcpy(x->seen + (size_t)(c->tap_pos + (uint32_t)r) * (size_t)x->E, c->taps + (size_t)r * (size_t)x->E, sizeof(float) * (size_t)x->E);
     x->next_pos = c->tap_pos + (uint32_t)c->n_tap_rows;
     x->rows += c->n_tap_rows;
     if (x->next_pos != c->n_tokens - 1 && c->n_drafted + c->n_accepted > 0) x->bad++; /* all but the newest token seen */
@@ -397,46 +424,67 @@ static void test_taps_drafter(void) {
     x.base.n_taps = 1;
     x.base.tap_layers[0] = 3;
     x.E = 576; /* SmolLM2-135M n_embd */
-    dsp_lookup_params lp = {2, 4, 8, dsp_ctx_n_ctx(g_c), false};
+    dsp_lookup_params lp = {2, 4, 8, dsp_engine_n_ctx(g_e), false};
     CHECK(dsp_lookup_create(&lp, &x.lk) == DSP_OK);
+    x.seen = calloc((size_t)512 * (size_t)x.E, sizeof(float));
     int32_t ids[512];
     int n = tokenize(g_prompts[10], ids, 512);
-    dsp_seq *s;
-    CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
     dsp_gen_params gp = dsp_gen_default_params();
     gp.max_tokens = g_tokens;
     gp.max_draft = 8;
     static run_out base, a;
-    run(s, ids, n, &gp, &base);
-    dsp_seq *s2;
-    CHECK(dsp_seq_create(g_c, &s2) == DSP_OK); /* a fresh sequence: every prompt position is computed */
-    memset(&a.ev, 0, sizeof a.ev);
-    CHECK(dsp_engine_generate(g_c, s2, ids, (size_t)n, &gp, &x.base, DSP_SPEC_FAULT_NONE, collect, &a.ev, &a.r) == DSP_OK);
+    run(ids, n, &gp, &base);
+    run_drafter(&x.base, ids, n, &gp, &a);
     same(&base, &a, "taps drafter");
     CHECK_EQ_INT(x.bad, 0);
     CHECK(a.r.n_accepted > 0);
     CHECK(x.rows >= n + (int)a.r.n_accepted);
+    /* the values: a direct forward over the committed tokens, layer 3's output at every position */
+    int total = n + a.ev.n - 1; /* the last token is never fed */
+    /* every position up to the start of the last round was shown (that round ends the request) */
+    CHECK(x.next_pos > (uint32_t)n && x.next_pos <= (uint32_t)total && x.next_pos + 8 + 1 >= (uint32_t)total);
+    int32_t all[1024], pos[1024], seq[1024];
+    memcpy(all, ids, sizeof(int32_t) * (size_t)n);
+    memcpy(all + n, a.ev.ids, sizeof(int32_t) * (size_t)a.ev.n);
+    for (int i = 0; i < total; i++) pos[i] = i, seq[i] = 0;
+    dsp_fwd_params fp = dsp_fwd_default_params();
+    fp.n_threads = 1;
+    fp.max_batch_tokens = total;
+    fp.max_taps = 1;
+    fp.n_ctx = 512;
+    dsp_fwd *f = NULL;
+    CHECK(dsp_fwd_create(g_m, &fp, &f) == DSP_OK);
+    float *ref = malloc(sizeof(float) * (size_t)total * (size_t)x.E);
+    dsp_kv_seq kv;
+    CHECK(dsp_fwd_seq_init(f, &kv) == DSP_OK);
+    dsp_kv_seq *seqs[1] = {&kv};
+    int32_t layer = 3;
+    dsp_batch b = {total, all, seq, pos, 0, NULL, 1, &layer};
+    CHECK(dsp_fwd_run(f, seqs, 1, &b, NULL, ref) == DSP_OK);
+    int mismatched = 0;
+    for (int i = 0; i < (int)x.next_pos; i++)
+        mismatched += memcmp(ref + (size_t)i * (size_t)x.E, x.seen + (size_t)i * (size_t)x.E, sizeof(float) * (size_t)x.E) != 0;
+    CHECK_MSG(mismatched == 0, "%d of %u tap rows differ from a direct forward", mismatched, x.next_pos);
+    dsp_kv_seq_free(dsp_fwd_kv(f), &kv);
+    dsp_fwd_destroy(f);
+    free(ref);
+    free(x.seen);
     dsp_drafter_destroy(x.lk);
-    dsp_seq_destroy(s2);
-    dsp_seq_destroy(s);
 }
 
 static void test_bad_params(void) {
     int32_t ids[8] = {1, 2, 3, 4};
-    dsp_seq *s;
-    CHECK(dsp_seq_create(g_c, &s) == DSP_OK);
     dsp_gen_params gp = dsp_gen_default_params();
     gp.mode = DSP_SPEC_LOOKUP;
     gp.max_draft = 0;
-    CHECK_EQ_INT(dsp_generate(g_c, s, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
+    CHECK_EQ_INT(dsp_generate(g_e, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
     CHECK(strstr(dsp_last_error(), "max_draft") != NULL);
     gp.max_draft = DSP_MAX_DRAFT + 1;
-    CHECK_EQ_INT(dsp_generate(g_c, s, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
+    CHECK_EQ_INT(dsp_generate(g_e, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
     gp.max_draft = 4, gp.lookup_min_n = 3, gp.lookup_max_n = 2;
-    CHECK_EQ_INT(dsp_generate(g_c, s, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
+    CHECK_EQ_INT(dsp_generate(g_e, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
     gp.lookup_min_n = 2, gp.mode = (dsp_spec_mode)7;
-    CHECK_EQ_INT(dsp_generate(g_c, s, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
-    dsp_seq_destroy(s);
+    CHECK_EQ_INT(dsp_generate(g_e, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
 }
 
 int main(void) {
@@ -445,18 +493,23 @@ int main(void) {
     const char *nt = getenv("DSP_SPEC_TEST_TOKENS");
     if (nt && atoi(nt) > 0) g_tokens = atoi(nt);
     if (!(g_m = dsp_test_load_default_model())) return 0;
-    dsp_ctx_params cp = dsp_ctx_default_params();
-    cp.n_ctx = 512;
-    cp.kv_tokens = 2048;
-    cp.n_threads = 2;
-    CHECK(dsp_ctx_create(g_m, &cp, &g_c) == DSP_OK);
+    dsp_engine_params ep = dsp_engine_default_params();
+    ep.n_ctx = 512;
+    ep.n_threads = 2;
+    ep.max_batch = 1;
+    ep.no_prefix_cache = true;
+    CHECK(dsp_engine_create(g_m, &ep, &g_e) == DSP_OK);
+    ep.no_prefix_cache = false;
+    ep.kv_tokens = 2048;
+    CHECK(dsp_engine_create(g_m, &ep, &g_pc) == DSP_OK);
     DSP_RUN(test_bad_params);
     DSP_RUN(test_stops_inside_blocks);
     DSP_RUN(test_q_drafter);
     DSP_RUN(test_taps_drafter);
     DSP_RUN(test_sampling_equals_baseline);
     DSP_RUN(test_greedy_lossless);
-    dsp_ctx_destroy(g_c);
+    dsp_engine_destroy(g_e);
+    dsp_engine_destroy(g_pc);
     dsp_model_destroy(g_m);
     return dsp_test_summary();
 }

@@ -28,17 +28,33 @@ int dsp_cmd_serve(int argc, char **argv);
 
 double dsp_cli_now_ms(void);
 struct dsp_gen_params;
-struct dsp_ctx_params;
-/* Sampling/context options shared by generate, chat (and later serve). Advances *i past a value;
+struct dsp_engine_params;
+/* Sampling, speculation and engine options shared by generate and chat. Advances *i past a value;
  * sets *handled when argv[*i] was one of them; returns 2 on a malformed value (message printed). */
-int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, struct dsp_gen_params *gp, int *n_stop, struct dsp_ctx_params *cp,
+int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, struct dsp_gen_params *gp, int *n_stop, struct dsp_engine_params *cp,
                           bool *handled);
+/* Engine options alone (serve, benchmark too): -c/--ctx, -t/--threads, --batch-tokens (--batch),
+ * --max-batch, --kv-memory, --no-prefix-cache, --device/--backend auto|cpu|cuda, --gpu N. */
+int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_params *cp, bool *handled);
+/* the help lines for those */
+#define DSP_CLI_ENGINE_HELP                                                                                    \
+    "  -c, --ctx N             context length per sequence (default min(model, 4096))\n"                       \
+    "  -t, --threads N         CPU threads (default: physical cores)\n"                                         \
+    "      --device D          auto (default: the GPU when present), cpu or cuda; --gpu N picks the GPU\n"      \
+    "      --batch-tokens N    tokens per forward, also the prefill chunk (default 512)\n"                      \
+    "      --kv-memory SIZE    KV cache size, e.g. 512M (default: max-batch full contexts, at most 1/4 RAM)\n"   \
+    "      --no-prefix-cache   do not reuse the KV of earlier requests\n"
 /* The CLI's speculation defaults (the library's are baseline): --mode auto, --max-draft below. */
 #define DSP_CLI_DEFAULT_MAX_DRAFT 8
 void dsp_cli_spec_defaults(struct dsp_gen_params *gp);
 struct dsp_gen_result;
 void dsp_cli_print_spec_json(FILE *f, const struct dsp_gen_params *gp, const struct dsp_gen_result *r);
 struct dsp_model;
+struct json_t;
+/* Render messages (a JSON array) with add_generation_prompt; template_file overrides the model's.
+ * Prints the error and returns 1 on failure. */
+int dsp_cli_render_messages(const struct dsp_model *m, const char *template_file, struct json_t *messages, char **out, size_t *out_len);
+void dsp_cli_add_message(struct json_t *messages, const char *role, const char *content, size_t len);
 /* Render [system?, user] with add_generation_prompt; prints the error and returns 1 on failure. */
 int dsp_cli_render_chat(const struct dsp_model *m, const char *template_file, const char *system, const char *user, size_t user_len,
                         char **out, size_t *out_len);

@@ -185,13 +185,10 @@ typedef struct dec_result {
     dsp_gen_result res;
 } dec_result;
 
-static int decode_once(dsp_ctx *c, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *gp, dec_result *out) {
-    dsp_seq *s = NULL;
-    if (dsp_seq_create(c, &s)) return 1;
+static int decode_once(dsp_engine *c, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *gp, dec_result *out) {
     const double c0 = cpu_seconds();
-    dsp_status st = dsp_generate(c, s, prompt, n_prompt, gp, NULL, NULL, &out->res);
+    dsp_status st = dsp_generate(c, prompt, n_prompt, gp, NULL, NULL, &out->res);
     const double cpu = cpu_seconds() - c0;
-    dsp_seq_destroy(s);
     if (st) return 1;
     out->tok_s = out->res.decode_ms > 0 ? (double)out->res.n_generated / (out->res.decode_ms / 1e3) : 0;
     /* the prefill of the short prompt is inside cpu; take its share out by wall-time proportion */
@@ -248,7 +245,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
 
     dsp_model_params mp = dsp_model_default_params();
     dsp_model *m = NULL;
-    dsp_ctx *c = NULL;
+    dsp_engine *c = NULL;
     bench *b = NULL;
     int32_t *ids = NULL;
     int rc = 1;
@@ -266,9 +263,10 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     const double load0 = loadavg1(), cpu0 = cpu_seconds(), wall0 = dsp_cli_now_ms();
 
     /* decode, through the public API */
-    dsp_ctx_params cp = dsp_ctx_default_params();
+    dsp_engine_params cp = dsp_engine_default_params();
     cp.n_threads = threads;
-    if (dsp_ctx_create(m, &cp, &c)) {
+    cp.max_batch = 1;
+    if (dsp_engine_create(m, &cp, &c)) {
         dsp_cli_fail("benchmark", "%s", dsp_last_error());
         goto out;
     }
@@ -299,7 +297,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         dec[r] = dr.tok_s;
         dec_cpu[r] = dr.tok_cpu_s;
     }
-    dsp_ctx_destroy(c);
+    dsp_engine_destroy(c);
     c = NULL;
 
     /* prefill and the verify curve, on the forward pass itself */
@@ -396,7 +394,7 @@ out:
         free(b);
     }
     free(ids);
-    dsp_ctx_destroy(c);
+    dsp_engine_destroy(c);
     dsp_model_destroy(m);
     return rc;
 }

@@ -36,8 +36,7 @@ static void usage(FILE *f) {
             "                          today lookup). Always lossless: the output is what baseline gives\n"
             "      --max-draft N       drafted tokens verified per round at most, 1..32 (default %d)\n"
             "      --lookup-min N, --lookup-max N   n-gram sizes for lookup (default 2, 4)\n"
-            "  -c, --ctx N             context length (default min(model, 4096))\n"
-            "  -t, --threads N         threads (default: physical cores)\n"
+            DSP_CLI_ENGINE_HELP
             "      --json              print one JSON object at the end instead of streaming text; its \"spec\"\n"
             "                          object has rounds, mean_accepted_len (tokens per round, bonus included),\n"
             "                          accept_hist (rounds that produced 1, 2, ... tokens), acceptance_rate\n"
@@ -51,98 +50,8 @@ typedef struct gen_opts {
     bool chat, json;
     dsp_gen_params gp;
     int n_stop;
-    dsp_ctx_params cp;
+    dsp_engine_params cp;
 } gen_opts;
-
-/* Parse a number option; returns false (after printing) if malformed. */
-static bool num(const char *opt, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "dspark generate: %s: '%s' is not a number in [%g, %g]\n", opt, s, lo, hi);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-void dsp_cli_spec_defaults(dsp_gen_params *gp) {
-    gp->mode = DSP_SPEC_AUTO;
-    gp->max_draft = DSP_CLI_DEFAULT_MAX_DRAFT;
-}
-
-/* Speculation statistics for --json (generate) and the benchmark. */
-void dsp_cli_print_spec_json(FILE *f, const dsp_gen_params *gp, const dsp_gen_result *r) {
-    double tps = r->decode_ms > 0 ? (double)r->n_generated / (r->decode_ms / 1e3) : 0;
-    size_t emitted = 0;
-    int hi = 0;
-    for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) {
-        emitted += (size_t)k * r->accept_hist[k];
-        if (r->accept_hist[k]) hi = k;
-    }
-    fprintf(f, "\"spec\": {\"mode\": \"%s\", \"max_draft\": %d, \"rounds\": %zu, \"draft_rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu, ",
-            dsp_spec_mode_to_string(gp->mode), gp->max_draft, r->n_rounds, r->n_draft_rounds, r->n_drafted, r->n_accepted);
-    fprintf(f, "\"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f, \"accept_hist\": [", r->n_rounds ? (double)emitted / (double)r->n_rounds : 0.0,
-            r->n_drafted ? (double)r->n_accepted / (double)r->n_drafted : 0.0);
-    for (int k = 1; k <= hi; k++) fprintf(f, "%s%zu", k > 1 ? ", " : "", r->accept_hist[k]);
-    fprintf(f, "], \"decode_tok_per_s\": %.2f}", tps);
-}
-
-int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int *n_stop, dsp_ctx_params *cp, bool *handled) {
-    const char *a = argv[*i];
-    double v;
-    *handled = true;
-#define NEXT()                                                                 \
-    do {                                                                       \
-        if (*i + 1 >= argc) {                                                  \
-            fprintf(stderr, "dspark: option %s needs a value\n", a);           \
-            return 2;                                                          \
-        }                                                                      \
-        (*i)++;                                                                \
-    } while (0)
-#define NUM(lo, hi) \
-    NEXT();         \
-    if (!num(a, argv[*i], lo, hi, &v)) return 2;
-    if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) { NUM(1, 1e9) gp->max_tokens = (int32_t)v; }
-    else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) { NUM(0, 100) gp->temperature = (float)v; }
-    else if (!strcmp(a, "--top-p")) { NUM(0, 1) gp->top_p = (float)v; }
-    else if (!strcmp(a, "--top-k")) { NUM(0, 1e9) gp->top_k = (int32_t)v; }
-    else if (!strcmp(a, "--min-p")) { NUM(0, 1) gp->min_p = (float)v; }
-    else if (!strcmp(a, "--presence-penalty")) { NUM(-2, 2) gp->presence_penalty = (float)v; }
-    else if (!strcmp(a, "--frequency-penalty")) { NUM(-2, 2) gp->frequency_penalty = (float)v; }
-    else if (!strcmp(a, "--repeat-penalty")) { NUM(0, 100) gp->repetition_penalty = (float)v; }
-    else if (!strcmp(a, "--repeat-last-n")) { NUM(-1, 1e9) gp->repetition_last_n = (int32_t)v; }
-    else if (!strcmp(a, "--seed")) { NUM(0, 1.8e19) gp->seed = (uint64_t)v; }
-    else if (!strcmp(a, "--logprobs")) { NUM(0, DSP_MAX_LOGPROBS) gp->logprobs = (int32_t)v; }
-    else if (!strcmp(a, "--ignore-eos")) gp->ignore_eos = true;
-    else if (!strcmp(a, "--mode")) {
-        NEXT();
-        if (!strcmp(argv[*i], "baseline")) gp->mode = DSP_SPEC_BASELINE;
-        else if (!strcmp(argv[*i], "lookup")) gp->mode = DSP_SPEC_LOOKUP;
-        else if (!strcmp(argv[*i], "auto")) gp->mode = DSP_SPEC_AUTO;
-        else {
-            fprintf(stderr, "dspark: --mode: '%s' is not one of baseline, lookup, auto\n", argv[*i]);
-            return 2;
-        }
-    } else if (!strcmp(a, "--max-draft")) { NUM(1, DSP_MAX_DRAFT) gp->max_draft = (int32_t)v; }
-    else if (!strcmp(a, "--lookup-min")) { NUM(1, 16) gp->lookup_min_n = (int32_t)v; }
-    else if (!strcmp(a, "--lookup-max")) { NUM(1, 16) gp->lookup_max_n = (int32_t)v; }
-    else if (!strcmp(a, "--stop")) {
-        NEXT();
-        if (*n_stop >= DSP_MAX_STOP) {
-            fprintf(stderr, "dspark: at most %d --stop strings\n", DSP_MAX_STOP);
-            return 2;
-        }
-        gp->stop[(*n_stop)++] = argv[*i];
-    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { NUM(16, 1 << 24) cp->n_ctx = (uint32_t)v; }
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NUM(1, 1024) cp->n_threads = (int)v; }
-    else if (!strcmp(a, "--batch")) { NUM(1, 65536) cp->max_batch_tokens = (int)v; }
-    else *handled = false;
-#undef NUM
-#undef NEXT
-    return 0;
-}
 
 static char *slurp(const char *path, size_t *len) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
@@ -231,7 +140,8 @@ int dsp_cmd_generate(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.gp = dsp_gen_default_params();
     dsp_cli_spec_defaults(&o.gp);
-    o.cp = dsp_ctx_default_params();
+    o.cp = dsp_engine_default_params();
+    o.cp.max_batch = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool handled;
@@ -270,8 +180,7 @@ int dsp_cmd_generate(int argc, char **argv) {
     dsp_model_params mp = dsp_model_default_params();
     mp.progress = isatty(2);
     dsp_model *m = NULL;
-    dsp_ctx *c = NULL;
-    dsp_seq *s = NULL;
+    dsp_engine *c = NULL;
     int rc = 1;
     int32_t *ids = NULL;
     char *rendered = NULL;
@@ -282,7 +191,7 @@ int dsp_cmd_generate(int argc, char **argv) {
         dsp_cli_fail("generate", "%s", dsp_last_error());
         goto out;
     }
-    if (dsp_ctx_create(m, &o.cp, &c) || dsp_seq_create(c, &s)) {
+    if (dsp_engine_create(m, &o.cp, &c)) {
         dsp_cli_fail("generate", "%s", dsp_last_error());
         goto out;
     }
@@ -309,7 +218,7 @@ int dsp_cmd_generate(int argc, char **argv) {
         ss.first_lp = true;
     }
     dsp_gen_result res;
-    if (dsp_generate(c, s, ids, n_ids, &o.gp, on_token, &ss, &res)) {
+    if (dsp_generate(c, ids, n_ids, &o.gp, on_token, &ss, &res)) {
         if (!o.json) fputc('\n', stdout);
         dsp_cli_fail("generate", "%s", dsp_last_error());
         goto out;
@@ -344,8 +253,7 @@ out:
     free(ids);
     free(rendered);
     free(ptext);
-    dsp_seq_destroy(s);
-    dsp_ctx_destroy(c);
+    dsp_engine_destroy(c);
     dsp_model_destroy(m);
     return rc;
 }

@@ -28,15 +28,16 @@ static void usage(FILE *f) {
             "      --max-draft N          drafted tokens verified per round at most (1..%d)\n"
             "      --default-max-tokens N max_tokens when a request gives none (default 2048)\n"
             "      --max-tokens-cap N     a request asking for more tokens gets a 400 (default 32768)\n"
-            "  -c, --ctx N                context length per request (default min(model, 4096))\n"
-            "      --cache-seqs N         conversations whose KV is kept for follow-up requests (default 4)\n"
+            "      --max-batch N          requests decoded together in each forward (default 8); more wait\n"
+            "                             (FIFO). A request is admitted when its prompt + max_tokens fit in\n"
+            "                             the free KV; a running request is never evicted\n"
             "      --max-queue N          requests waiting at most; more get a 503 (default 64)\n"
             "      --max-body BYTES       request body size limit; more gets a 413 (default 8 MiB)\n"
             "      --max-connections N    open connections at most (default 256)\n"
             "      --timeout SEC          close idle or stalled connections after SEC (default 60)\n"
             "      --shutdown-timeout SEC on SIGINT/SIGTERM, let requests finish this long (default 10)\n"
             "      --chat-template F      use this Jinja template instead of the model's\n"
-            "  -t, --threads N            compute threads (default: physical cores)\n"
+            DSP_CLI_ENGINE_HELP
             "  -h, --help                 this help\n",
             DSP_MAX_DRAFT);
 }
@@ -62,6 +63,10 @@ int dsp_cmd_serve(int argc, char **argv) {
     dsp_srv_config_default(&cfg);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        bool handled;
+        int erc = dsp_cli_parse_engine_opt(argc, argv, &i, &cfg.cp, &handled);
+        if (erc) return erc;
+        if (handled) continue;
         if (i + 1 >= argc) {
             fprintf(stderr, "dspark serve: unknown option or missing value '%s'\n\n", a);
             usage(stderr);
@@ -92,15 +97,12 @@ int dsp_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-draft")) { NUM(1, DSP_MAX_DRAFT) cfg.max_draft = (int32_t)x; }
         else if (!strcmp(a, "--default-max-tokens")) { NUM(1, 1 << 30) cfg.default_max_tokens = (int32_t)x; }
         else if (!strcmp(a, "--max-tokens-cap")) { NUM(1, 1 << 30) cfg.max_tokens_cap = (int32_t)x; }
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { NUM(16, 1 << 24) cfg.cp.n_ctx = (uint32_t)x; }
-        else if (!strcmp(a, "--cache-seqs")) { NUM(1, 64) cfg.cache_seqs = (int)x; }
         else if (!strcmp(a, "--max-queue")) { NUM(1, 1 << 20) cfg.max_queue = (int)x; }
         else if (!strcmp(a, "--max-body")) { NUM(1024, 1LL << 32) cfg.max_body = (size_t)x; }
         else if (!strcmp(a, "--max-connections")) { NUM(1, 100000) cfg.max_connections = (int)x; }
         else if (!strcmp(a, "--timeout")) { NUM(1, 86400) cfg.idle_timeout_s = (int)x; }
         else if (!strcmp(a, "--shutdown-timeout")) { NUM(0, 86400) cfg.shutdown_timeout_s = x; }
         else if (!strcmp(a, "--chat-template")) cfg.chat_template = v;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NUM(1, 1024) cfg.cp.n_threads = (int)x; }
         else {
             fprintf(stderr, "dspark serve: unknown option '%s'\n\n", a);
             usage(stderr);

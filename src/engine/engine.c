@@ -1,21 +1,24 @@
-/* engine/engine: contexts, sequences and the generation loop (DESIGN.md §1).
+/* engine/engine: the request scheduler and the round loop (DESIGN.md §1; see engine.h).
  *
- * A generation is a series of rounds over the ragged-batch forward: prefill chunks first (logits
- * only for the last prompt row), then one round per decided token(s). Per round: logits ->
- * processors -> sampler -> stop/EOS checks -> emit -> KV commit. The speculative path (drafts
- * verified in one round) plugs into the same loop: see decode_round.
+ * A round: cancel what was cancelled, admit waiting requests (FIFO, within --max-batch and the KV
+ * promise), lay out one ragged batch — every decoding request's [last token, drafts...] block
+ * first, then prefill chunks in admission order within the round's token budget — run the target
+ * once, then per request: verify (or sample the first token after its prefill), emit, roll the KV
+ * back to what was committed, publish full blocks to the prefix cache, tell the drafter.
  *
- * Memory: everything a generation needs is sized at dsp_ctx_create (logits rows, sampler
- * scratch and distributions) or once per request (history, stop matcher); nothing is allocated
- * inside a round. */
+ * Everything a round needs is allocated when the engine is created (batch layout, logits rows,
+ * sampler scratch) or when a request is submitted (its token list, event buffers, stop matcher,
+ * drafter); a round itself allocates only when the event array must grow. */
 #include "engine/engine.h"
 
 #include "core/log.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_ms(void) {
     struct timespec ts;
@@ -23,99 +26,11 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* ---- context ------------------------------------------------------------------------------ */
-
-dsp_ctx_params dsp_ctx_default_params(void) {
-    dsp_ctx_params p;
-    memset(&p, 0, sizeof p);
-    return p;
-}
-
-static void *aligned_alloc16(size_t n) {
+static void *alloc64(size_t n) {
     void *p = NULL;
     if (posix_memalign(&p, 64, n ? n : 64)) return NULL;
     return p;
 }
-
-dsp_status dsp_ctx_create(dsp_model *m, const dsp_ctx_params *p, dsp_ctx **out) {
-    *out = NULL;
-    dsp_ctx_params d = dsp_ctx_default_params();
-    if (!p) p = &d;
-    if (!m->tok) return dsp_error(DSP_ERR_UNSUPPORTED, "%s: the model has no tokenizer", m->path);
-    dsp_ctx *c = calloc(1, sizeof *c);
-    if (!c) return dsp_error(DSP_ERR_NOMEM, "no memory");
-    c->m = m;
-    dsp_fwd_params fp = dsp_fwd_default_params();
-    fp.n_threads = p->n_threads;
-    fp.n_ctx = p->n_ctx;
-    fp.kv_tokens = p->kv_tokens;
-    if (p->max_batch_tokens) fp.max_batch_tokens = p->max_batch_tokens;
-    dsp_status st = dsp_fwd_create(m, &fp, &c->fwd);
-    if (st) {
-        free(c);
-        return st;
-    }
-    c->n_vocab = dsp_fwd_n_vocab(c->fwd);
-    if ((size_t)c->n_vocab != dsp_tok_n_vocab(m->tok)) {
-        st = dsp_error(DSP_ERR_FORMAT, "%s: tokenizer has %zu tokens but the output layer has %d", m->path, dsp_tok_n_vocab(m->tok),
-                       c->n_vocab);
-        dsp_ctx_destroy(c);
-        return st;
-    }
-    c->max_rows = DSP_ENGINE_MAX_ROWS;
-    size_t sbytes = dsp_sample_scratch_bytes(c->n_vocab), dbytes = dsp_sample_dist_bytes(c->n_vocab);
-    c->logits = malloc(sizeof(float) * (size_t)c->n_vocab * c->max_rows);
-    c->scratch_mem = aligned_alloc16(sbytes);
-    c->dist_mem = aligned_alloc16(dbytes);
-    if (!c->logits || !c->scratch_mem || !c->dist_mem) {
-        st = dsp_error(DSP_ERR_NOMEM, "no memory for the sampler (vocabulary %d)", c->n_vocab);
-        dsp_ctx_destroy(c);
-        return st;
-    }
-    dsp_sample_scratch_init(&c->scratch, c->scratch_mem, sbytes, c->n_vocab);
-    dsp_sample_dist_init(&c->dist, c->dist_mem, dbytes, c->n_vocab);
-    *out = c;
-    return DSP_OK;
-}
-
-void dsp_ctx_destroy(dsp_ctx *c) {
-    if (!c) return;
-    dsp_fwd_destroy(c->fwd);
-    free(c->logits);
-    free(c->scratch_mem);
-    free(c->dist_mem);
-    free(c);
-}
-
-uint32_t dsp_ctx_n_ctx(const dsp_ctx *c) { return dsp_fwd_n_ctx(c->fwd); }
-
-/* ---- sequences ---------------------------------------------------------------------------- */
-
-dsp_status dsp_seq_create(dsp_ctx *c, dsp_seq **out) {
-    *out = NULL;
-    dsp_seq *s = calloc(1, sizeof *s);
-    if (!s) return dsp_error(DSP_ERR_NOMEM, "no memory");
-    s->c = c;
-    s->cap = dsp_fwd_n_ctx(c->fwd);
-    s->tokens = malloc(sizeof(int32_t) * s->cap);
-    dsp_status st = s->tokens ? dsp_fwd_seq_init(c->fwd, &s->kv) : dsp_error(DSP_ERR_NOMEM, "no memory");
-    if (st) {
-        free(s->tokens);
-        free(s);
-        return st;
-    }
-    *out = s;
-    return DSP_OK;
-}
-
-void dsp_seq_destroy(dsp_seq *s) {
-    if (!s) return;
-    dsp_kv_seq_free(dsp_fwd_kv(s->c->fwd), &s->kv);
-    free(s->tokens);
-    free(s);
-}
-
-size_t dsp_seq_n_cached(const dsp_seq *s) { return s->kv.n_tokens; }
 
 /* ---- parameters --------------------------------------------------------------------------- */
 
@@ -133,6 +48,21 @@ dsp_gen_params dsp_gen_default_params(void) {
     p.lookup_min_n = 2;
     p.lookup_max_n = 4;
     return p;
+}
+
+dsp_engine_params dsp_engine_default_params(void) {
+    dsp_engine_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+const char *dsp_device_to_string(dsp_device d) {
+    switch (d) {
+    case DSP_DEVICE_AUTO: return "auto";
+    case DSP_DEVICE_CPU: return "cpu";
+    case DSP_DEVICE_CUDA: return "cuda";
+    }
+    return "unknown";
 }
 
 const char *dsp_spec_mode_to_string(dsp_spec_mode m) {
@@ -153,10 +83,23 @@ const char *dsp_finish_to_string(dsp_finish f) {
     }
 }
 
-dsp_status dsp_engine_sample_params(const dsp_ctx *c, const dsp_gen_params *p, dsp_sample_params *sp) {
+bool dsp_engine_is_eog(const dsp_model *m, int32_t tok) {
+    for (int i = 0; i < m->n_eog; i++)
+        if (m->eog[i] == tok) return true;
+    return false;
+}
+
+static dsp_status validate_gen(const dsp_engine *e, const dsp_gen_params *p, dsp_sample_params *sp) {
     if (p->max_tokens <= 0) return dsp_error(DSP_ERR_INVALID_ARG, "max_tokens must be positive (got %d)", p->max_tokens);
     if (p->logprobs < -1 || p->logprobs > DSP_MAX_LOGPROBS)
         return dsp_error(DSP_ERR_INVALID_ARG, "top_logprobs must be between 0 and %d (got %d)", DSP_MAX_LOGPROBS, p->logprobs);
+    if (p->mode != DSP_SPEC_BASELINE && p->mode != DSP_SPEC_LOOKUP && p->mode != DSP_SPEC_AUTO)
+        return dsp_error(DSP_ERR_INVALID_ARG, "mode: unknown speculation mode %d", (int)p->mode);
+    if (p->max_draft < 1 || p->max_draft > DSP_MAX_DRAFT)
+        return dsp_error(DSP_ERR_INVALID_ARG, "max_draft must be between 1 and %d (got %d)", DSP_MAX_DRAFT, p->max_draft);
+    if (p->lookup_min_n < 1 || p->lookup_max_n < p->lookup_min_n || p->lookup_max_n > 16)
+        return dsp_error(DSP_ERR_INVALID_ARG, "lookup n-gram sizes: need 1 <= lookup_min_n (%d) <= lookup_max_n (%d) <= 16", p->lookup_min_n,
+                         p->lookup_max_n);
     *sp = dsp_sample_params_default();
     sp->temperature = p->temperature;
     sp->top_k = p->top_k;
@@ -169,285 +112,666 @@ dsp_status dsp_engine_sample_params(const dsp_ctx *c, const dsp_gen_params *p, d
     _Static_assert(sizeof(dsp_logit_bias) == sizeof(dsp_sample_bias), "logit bias layouts must match");
     sp->logit_bias = (const dsp_sample_bias *)p->logit_bias;
     sp->n_logit_bias = p->n_logit_bias;
-    return dsp_sample_params_validate(sp, c->n_vocab);
+    return dsp_sample_params_validate(sp, e->n_vocab);
 }
 
-/* ---- generation --------------------------------------------------------------------------- */
+/* ---- the engine --------------------------------------------------------------------------- */
 
-/* Prefill prompt[from, n) into s's KV in chunks; the logits of the last row land in c->logits.
- * The drafter (if any) observes the prompt chunk by chunk, with the chunk's hidden-state taps when
- * it asked for them (taps: (max_batch_tokens, n_taps, n_embd) then). */
-static dsp_status prefill(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t from, size_t n, dsp_drafter *dr, float *taps) {
-    int maxb = dsp_fwd_max_batch(c->fwd);
-    dsp_kv_seq *seqs[1] = {&s->kv};
-    size_t observed = 0;
-    while (from < n) {
-        int k = (int)(n - from < (size_t)maxb ? n - from : (size_t)maxb);
-        int32_t *pos = c->bpos, *seq = c->bseq;
-        for (int i = 0; i < k; i++) pos[i] = (int32_t)(from + (size_t)i), seq[i] = 0;
-        int32_t row = k - 1;
-        bool last = from + (size_t)k == n;
-        int n_taps = dr && taps ? dr->n_taps : 0;
-        dsp_batch b = {k, prompt + from, seq, pos, last ? 1 : 0, &row, n_taps, n_taps ? dr->tap_layers : NULL};
-        dsp_status st = dsp_fwd_run(c->fwd, seqs, 1, &b, c->logits, n_taps ? taps : NULL);
-        if (st) return st;
-        from += (size_t)k;
-        if (dr) {
-            dsp_spec_commit cm = {prompt, (uint32_t)from, (uint32_t)(from - observed), 0, 0, n_taps ? taps : NULL,
-                                  (uint32_t)(from - (size_t)k), n_taps ? k : 0};
-            dsp_drafter_observe(dr, &cm);
-            observed = from;
-        }
+static uint64_t physical_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+}
+
+void dsp_engine_destroy(dsp_engine *e);
+
+dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engine **out) {
+    *out = NULL;
+    dsp_engine_params p = pp ? *pp : dsp_engine_default_params();
+    if (!m->tok) return dsp_error(DSP_ERR_UNSUPPORTED, "%s: the model has no tokenizer", m->path);
+    if (!m->has_weights) return dsp_error(DSP_ERR_INVALID_ARG, "%s: the model was loaded vocab-only", m->path);
+    if (p.max_batch < 0 || p.max_batch > 1024) return dsp_error(DSP_ERR_INVALID_ARG, "max_batch must be between 1 and 1024 (got %d)", p.max_batch);
+    if (p.batch_tokens < 0 || p.batch_tokens > 65536)
+        return dsp_error(DSP_ERR_INVALID_ARG, "batch_tokens must be between 1 and 65536 (got %d)", p.batch_tokens);
+    if (p.device != DSP_DEVICE_AUTO && p.device != DSP_DEVICE_CPU && p.device != DSP_DEVICE_CUDA)
+        return dsp_error(DSP_ERR_INVALID_ARG, "unknown device %d", (int)p.device);
+    if (p.max_batch == 0) p.max_batch = 8;
+    if (p.batch_tokens == 0) p.batch_tokens = 512;
+    if (p.max_batch > p.batch_tokens)
+        return dsp_error(DSP_ERR_INVALID_ARG, "max_batch (%d) cannot exceed batch_tokens (%d): every running request needs a row per round",
+                         p.max_batch, p.batch_tokens);
+    dsp_engine *e = calloc(1, sizeof *e);
+    if (!e) return dsp_error(DSP_ERR_NOMEM, "no memory");
+    e->m = m;
+    e->max_batch = p.max_batch;
+    e->next_id = 1;
+    _Static_assert((int)DSP_DEVICE_CPU == (int)DSP_BACKEND_CPU && (int)DSP_DEVICE_CUDA == (int)DSP_BACKEND_CUDA, "device = backend kind");
+    dsp_backend_params bp = {(dsp_backend_kind)p.device, p.n_threads, p.gpu, p.progress};
+    dsp_status st = dsp_backend_create(&bp, &e->be);
+    if (st) {
+        free(e);
+        return st;
     }
+    /* context and KV pool */
+    const dsp_hparams *hp = &m->hp;
+    uint32_t n_ctx = p.n_ctx ? p.n_ctx : (uint32_t)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    uint64_t per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * sizeof(float);
+    uint64_t kv_tokens = p.kv_tokens;
+    if (!kv_tokens && p.kv_memory) kv_tokens = p.kv_memory / per_token;
+    if (!kv_tokens) {
+        kv_tokens = (uint64_t)p.max_batch * n_ctx;
+        uint64_t quarter = physical_memory() / 4 / per_token;
+        if (quarter && kv_tokens > quarter) kv_tokens = quarter;
+        if (kv_tokens < n_ctx) kv_tokens = n_ctx;
+    }
+    if (kv_tokens < 16)
+        st = dsp_error(DSP_ERR_INVALID_ARG, "the KV cache must hold at least 16 tokens (kv_memory %llu bytes is %llu tokens of %llu bytes)",
+                       (unsigned long long)p.kv_memory, (unsigned long long)kv_tokens, (unsigned long long)per_token);
+    else if (kv_tokens > (1ull << 31))
+        st = dsp_error(DSP_ERR_INVALID_ARG, "KV cache of %llu tokens is too large", (unsigned long long)kv_tokens);
+    e->batch_tokens = p.batch_tokens;
+    /* logits rows: every running request's verify block, or a prefill's last row */
+    e->max_rows = p.max_batch * (1 + 8);
+    if (e->max_rows < 1 + DSP_MAX_DRAFT) e->max_rows = 1 + DSP_MAX_DRAFT;
+    if (e->max_rows > p.batch_tokens) e->max_rows = p.batch_tokens;
+    if (!st) {
+        dsp_fwd_params fp = dsp_fwd_default_params();
+        fp.backend = e->be;
+        fp.max_batch_tokens = p.batch_tokens;
+        fp.max_logits = e->max_rows;
+        fp.max_taps = DSP_SPEC_MAX_TAPS;
+        fp.n_ctx = n_ctx;
+        fp.kv_tokens = (uint32_t)kv_tokens;
+        fp.prefix_cache = !p.no_prefix_cache;
+        st = dsp_fwd_create(m, &fp, &e->fwd);
+    }
+    if (st) {
+        dsp_engine_destroy(e);
+        return st;
+    }
+    e->kv = dsp_fwd_kv(e->fwd);
+    e->n_ctx = dsp_fwd_n_ctx(e->fwd);
+    e->n_vocab = dsp_fwd_n_vocab(e->fwd);
+    e->n_embd = dsp_fwd_n_embd(e->fwd);
+    if ((size_t)e->n_vocab != dsp_tok_n_vocab(m->tok)) {
+        st = dsp_error(DSP_ERR_FORMAT, "%s: tokenizer has %zu tokens but the output layer has %d", m->path, dsp_tok_n_vocab(m->tok), e->n_vocab);
+        dsp_engine_destroy(e);
+        return st;
+    }
+    size_t sbytes = dsp_sample_scratch_bytes(e->n_vocab), dbytes = dsp_sample_dist_bytes(e->n_vocab), T = (size_t)e->batch_tokens;
+    e->logits = alloc64(sizeof(float) * (size_t)e->n_vocab * (size_t)e->max_rows);
+    e->scratch_mem = alloc64(sbytes);
+    e->dist_mem = alloc64(dbytes);
+    e->running = calloc((size_t)e->max_batch, sizeof *e->running);
+    e->bseqs = calloc((size_t)e->max_batch, sizeof *e->bseqs);
+    e->btok = malloc(T * sizeof(int32_t));
+    e->bpos = malloc(T * sizeof(int32_t));
+    e->bseq = malloc(T * sizeof(int32_t));
+    e->brow = malloc(T * sizeof(int32_t));
+    e->ev_cap = (size_t)e->max_batch * (DSP_MAX_DRAFT + 2) + 16;
+    e->ev = malloc(e->ev_cap * sizeof *e->ev);
+    e->done_cap = (size_t)e->max_batch + 16;
+    e->done = malloc(e->done_cap * sizeof *e->done);
+    if (!e->logits || !e->scratch_mem || !e->dist_mem || !e->running || !e->bseqs || !e->btok || !e->bpos || !e->bseq || !e->brow || !e->ev ||
+        !e->done) {
+        dsp_engine_destroy(e);
+        return dsp_error(DSP_ERR_NOMEM, "no memory for the engine (vocabulary %d, %d logits rows)", e->n_vocab, e->max_rows);
+    }
+    dsp_sample_scratch_init(&e->scratch, e->scratch_mem, sbytes, e->n_vocab);
+    dsp_sample_dist_init(&e->dist, e->dist_mem, dbytes, e->n_vocab);
+    e->st.kv_blocks = e->kv->n_blocks;
+    e->st.block_tokens = (uint32_t)e->kv->block_tokens;
+    *out = e;
     return DSP_OK;
 }
 
-bool dsp_engine_is_eog(const dsp_model *m, int32_t tok) {
-    for (int i = 0; i < m->n_eog; i++)
-        if (m->eog[i] == tok) return true;
-    return false;
+uint32_t dsp_engine_n_ctx(const dsp_engine *e) { return e->n_ctx; }
+const char *dsp_engine_backend(const dsp_engine *e) { return e->be->desc; }
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+static void req_free(dsp_engine *e, dsp_req *r) {
+    if (!r) return;
+    dsp_kv_seq_free(e->kv, &r->kv);
+    free(r->tokens);
+    for (int i = 0; i < DSP_MAX_STOP; i++) free(r->stop_copy[i]);
+    free(r->bias_copy);
+    dsp_stop_free(&r->stop);
+    dsp_detok_stream_destroy(r->detok);
+    if (r->own_drafter) dsp_drafter_destroy(r->drafter);
+    free(r->q);
+    free(r->evtext);
+    free(r->evtop);
+    free(r);
 }
 
-typedef struct gen {
-    dsp_ctx *c;
-    dsp_seq *s;
-    const dsp_gen_params *p;
-    dsp_token_cb cb;
-    void *user;
+void dsp_engine_destroy(dsp_engine *e) {
+    if (!e) return;
+    for (size_t i = 0; i < e->n_done; i++) req_free(e, e->done[i]);
+    for (int i = 0; i < e->n_running; i++) req_free(e, e->running[i]);
+    for (dsp_req *r = e->wait_head, *n; r; r = n) {
+        n = r->next;
+        req_free(e, r);
+    }
+    dsp_fwd_destroy(e->fwd);
+    dsp_backend_destroy(e->be);
+    free(e->logits), free(e->taps), free(e->scratch_mem), free(e->dist_mem);
+    free(e->running), free(e->bseqs), free(e->btok), free(e->bpos), free(e->bseq), free(e->brow);
+    free(e->ev), free(e->done);
+    free(e);
+}
+
+static uint32_t blocks_for(const dsp_engine *e, uint64_t tokens) {
+    uint64_t bt = (uint64_t)e->kv->block_tokens;
+    return (uint32_t)((tokens + bt - 1) / bt);
+}
+
+dsp_status dsp_engine_submit_drafter(dsp_engine *e, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *pp, dsp_drafter *drafter,
+                                     void *user, dsp_req_id *id) {
+    if (id) *id = 0;
+    dsp_gen_params defaults = dsp_gen_default_params();
+    const dsp_gen_params *p = pp ? pp : &defaults;
     dsp_sample_params sp;
-    dsp_sample_history hist;
-    dsp_rng rng;
-    dsp_stop stop;
-    dsp_detok_stream *detok;  /* special tokens skipped, as the whole-sequence decode does */
-    char *out;                /* the current event's text: at most two decoder outputs plus held-back stop text */
-    size_t n_out, out_cap;
-    dsp_gen_result *res;
-} gen;
-
-static void out_append(gen *g, const char *p, size_t n) {
-    if (n > g->out_cap - g->n_out) n = g->out_cap - g->n_out; /* cannot happen: out is sized for the worst case */
-    memcpy(g->out + g->n_out, p, n);
-    g->n_out += n;
+    dsp_status st = validate_gen(e, p, &sp);
+    if (st) return st;
+    if (n_prompt == 0) return dsp_error(DSP_ERR_INVALID_ARG, "the prompt is empty");
+    if (n_prompt >= e->n_ctx)
+        return dsp_error(DSP_ERR_RANGE, "the prompt is %zu tokens, which does not fit the context of %u tokens (room is needed for at least one new token)",
+                         n_prompt, e->n_ctx);
+    for (size_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= e->n_vocab)
+            return dsp_error(DSP_ERR_INVALID_ARG, "prompt token %zu: id %d out of range (vocabulary %d)", i, prompt[i], e->n_vocab);
+    uint64_t need_tokens = (uint64_t)n_prompt + (uint64_t)p->max_tokens;
+    if (need_tokens > e->n_ctx) need_tokens = e->n_ctx;
+    uint32_t need = blocks_for(e, need_tokens);
+    if (need > e->kv->n_blocks)
+        return dsp_error(DSP_ERR_RANGE, "the request needs KV cache for %llu tokens (prompt %zu + max_tokens %d), but the whole cache holds %u tokens",
+                         (unsigned long long)need_tokens, n_prompt, p->max_tokens, e->kv->n_blocks * (uint32_t)e->kv->block_tokens);
+    dsp_req *r = calloc(1, sizeof *r);
+    if (!r) return dsp_error(DSP_ERR_NOMEM, "no memory");
+    r->p = *p;
+    r->sp = sp;
+    r->user = user;
+    r->need_blocks = need;
+    r->n_prompt = (uint32_t)n_prompt;
+    r->n_tokens = (uint32_t)n_prompt;
+    /* own copies of what p points to */
+    for (int i = 0; i < DSP_MAX_STOP && p->stop[i]; i++) {
+        r->stop_copy[i] = strdup(p->stop[i]);
+        if (!r->stop_copy[i]) st = dsp_error(DSP_ERR_NOMEM, "no memory");
+        r->p.stop[i] = r->stop_copy[i];
+    }
+    if (p->n_logit_bias) {
+        r->bias_copy = malloc(p->n_logit_bias * sizeof *r->bias_copy);
+        if (!r->bias_copy) st = dsp_error(DSP_ERR_NOMEM, "no memory");
+        else memcpy(r->bias_copy, p->logit_bias, p->n_logit_bias * sizeof *r->bias_copy);
+        r->p.logit_bias = r->bias_copy;
+        r->sp.logit_bias = (const dsp_sample_bias *)r->bias_copy;
+    }
+    int n_stop = 0;
+    while (n_stop < DSP_MAX_STOP && r->p.stop[n_stop]) n_stop++;
+    r->tokens = malloc(sizeof(int32_t) * e->n_ctx);
+    if (!st && !r->tokens) st = dsp_error(DSP_ERR_NOMEM, "no memory");
+    if (!st) st = dsp_stop_init(&r->stop, r->p.stop, n_stop);
+    if (!st) st = dsp_kv_seq_init(&r->kv, e->n_ctx, e->kv->block_tokens, 0);
+    if (!st) st = dsp_detok_stream_create(e->m->tok, DSP_DETOKENIZE_SKIP_SPECIAL, &r->detok);
+    if (!st) {
+        r->out_cap = 2 * (3 * dsp_tok_max_piece_len(e->m->tok) + 8) + r->stop.cap;
+        r->evtext_cap = (size_t)(DSP_MAX_DRAFT + 1) * r->out_cap;
+        r->evtext = malloc(r->evtext_cap);
+        r->evtop = p->logprobs > 0 ? malloc(sizeof *r->evtop * (DSP_MAX_DRAFT + 1) * (size_t)p->logprobs) : NULL;
+        if (!r->evtext || (p->logprobs > 0 && !r->evtop)) st = dsp_error(DSP_ERR_NOMEM, "no memory");
+    }
+    /* the drafter */
+    if (!st && drafter) {
+        r->drafter = drafter;
+    } else if (!st && p->mode != DSP_SPEC_BASELINE) {
+        dsp_lookup_params lp = {p->lookup_min_n, p->lookup_max_n, p->max_draft, e->n_ctx, true};
+        st = dsp_lookup_create(&lp, &r->drafter);
+        r->own_drafter = true;
+    }
+    if (!st && r->drafter) {
+        dsp_drafter_reset(r->drafter);
+        if (r->drafter->supplies_q && !(r->q = malloc(sizeof(float) * (size_t)e->n_vocab * DSP_MAX_DRAFT)))
+            st = dsp_error(DSP_ERR_NOMEM, "no memory");
+        if (!st && r->drafter->n_taps > 0) { /* host taps: one tap-layer set per engine */
+            if (e->n_taps && (e->n_taps != r->drafter->n_taps || memcmp(e->tap_layers, r->drafter->tap_layers, sizeof(int32_t) * (size_t)e->n_taps)))
+                st = dsp_error(DSP_ERR_UNSUPPORTED, "drafters with different tap layers cannot share an engine");
+            else if (!e->taps && !(e->taps = malloc(sizeof(float) * (size_t)e->batch_tokens * DSP_SPEC_MAX_TAPS * (size_t)e->n_embd)))
+                st = dsp_error(DSP_ERR_NOMEM, "no memory for hidden-state taps");
+            else {
+                e->n_taps = r->drafter->n_taps;
+                memcpy(e->tap_layers, r->drafter->tap_layers, sizeof(int32_t) * (size_t)e->n_taps);
+            }
+        }
+    }
+    if (st) {
+        req_free(e, r);
+        return st;
+    }
+    memcpy(r->tokens, prompt, n_prompt * sizeof *prompt);
+    dsp_rng_seed(&r->rng, p->seed);
+    r->id = e->next_id++;
+    r->t_submit = now_ms();
+    r->state = DSP_REQ_WAITING;
+    if (e->wait_tail) e->wait_tail->next = r;
+    else e->wait_head = r;
+    e->wait_tail = r;
+    e->n_waiting++;
+    e->st.requests++;
+    if (id) *id = r->id;
+    return DSP_OK;
 }
 
-/* Pass text through the stop matcher into g->out; true if a stop string was hit. */
-static bool out_text(gen *g, const char *text, size_t n) {
-    const char *e;
+dsp_status dsp_engine_submit(dsp_engine *e, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p, void *user, dsp_req_id *id) {
+    return dsp_engine_submit_drafter(e, prompt, n_prompt, p, NULL, user, id);
+}
+
+void dsp_engine_cancel(dsp_engine *e, dsp_req_id id) {
+    for (dsp_req *r = e->wait_head; r; r = r->next)
+        if (r->id == id) r->cancel = true;
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i]->id == id) e->running[i]->cancel = true;
+}
+
+bool dsp_engine_idle(const dsp_engine *e) { return e->n_running == 0 && e->n_waiting == 0; }
+
+void dsp_engine_get_stats(const dsp_engine *e, dsp_engine_stats *st) {
+    *st = e->st;
+    st->waiting = e->n_waiting;
+    st->running = (uint32_t)e->n_running;
+    st->kv_blocks_used = dsp_kv_pool_used(e->kv);
+    st->kv_blocks_cached = e->kv->n_cached;
+    st->evicted_blocks = e->kv->n_evicted;
+}
+
+void dsp_engine_clear_cache(dsp_engine *e) { dsp_kv_pool_clear_cache(e->kv); }
+
+/* ---- events ------------------------------------------------------------------------------- */
+
+static dsp_event *push_event(dsp_engine *e) {
+    if (e->n_ev == e->ev_cap) {
+        size_t cap = e->ev_cap * 2;
+        dsp_event *ev = realloc(e->ev, cap * sizeof *ev);
+        if (!ev) return NULL;
+        e->ev = ev, e->ev_cap = cap;
+    }
+    dsp_event *ev = &e->ev[e->n_ev++];
+    memset(ev, 0, sizeof *ev);
+    return ev;
+}
+
+/* End a request: its DONE event, and it joins the list freed at the start of the next step. */
+static void finish(dsp_engine *e, dsp_req *r, dsp_finish fin, dsp_status status) {
+    if (r->state != DSP_REQ_WAITING) {
+        /* publish what is committed (the KV of the last emitted token is never written) */
+        uint32_t committed = r->kv.n_tokens < r->n_tokens ? r->kv.n_tokens : r->n_tokens;
+        if (status == DSP_OK) dsp_kv_seq_publish(e->kv, &r->kv, r->tokens, committed);
+        r->res.decode_ms = r->t_first > 0 ? now_ms() - r->t_first : 0;
+    }
+    r->res.finish = fin;
+    dsp_kv_seq_free(e->kv, &r->kv); /* blocks go to the prefix cache */
+    if (e->n_done == e->done_cap) {
+        size_t cap = e->done_cap * 2;
+        dsp_req **d = realloc(e->done, cap * sizeof *d);
+        if (d) e->done = d, e->done_cap = cap;
+    }
+    if (e->n_done < e->done_cap) e->done[e->n_done++] = r;
+    dsp_event *ev = push_event(e);
+    if (!ev) return; /* no memory for the event: the request still ends */
+    ev->type = DSP_EVENT_DONE;
+    ev->id = r->id;
+    ev->user = r->user;
+    ev->status = status;
+    ev->error = status ? r->error : NULL;
+    ev->res = &r->res;
+}
+
+static void fail(dsp_engine *e, dsp_req *r, dsp_status st) {
+    snprintf(r->error, sizeof r->error, "%s", dsp_last_error());
+    finish(e, r, DSP_FINISH_NONE, st);
+}
+
+static void out_append(dsp_req *r, char *out, size_t *n_out, const char *p, size_t n) {
+    if (n > r->out_cap - *n_out) n = r->out_cap - *n_out; /* cannot happen: out is sized for the worst case */
+    memcpy(out + *n_out, p, n);
+    *n_out += n;
+}
+
+/* Pass text through the stop matcher; true if a stop string was hit. */
+static bool out_text(dsp_req *r, char *out, size_t *n_out, const char *text, size_t n) {
+    const char *em;
     size_t ne;
-    bool hit = dsp_stop_feed(&g->stop, text, n, &e, &ne);
-    out_append(g, e, ne);
+    bool hit = dsp_stop_feed(&r->stop, text, n, &em, &ne);
+    out_append(r, out, n_out, em, ne);
     return hit;
 }
 
 /* Decide what one sampled token emits and whether generation ends there. */
-static dsp_finish emit_token(gen *g, int32_t tok, const float *raw_logits) {
-    const dsp_model *m = g->c->m;
-    dsp_token_event ev;
-    dsp_token_logprob top[DSP_MAX_LOGPROBS];
-    memset(&ev, 0, sizeof ev);
-    ev.token = tok;
-    if (g->p->logprobs >= 0) {
+static dsp_finish emit_token(dsp_engine *e, dsp_req *r, int32_t tok, const float *raw_logits) {
+    dsp_event *ev = push_event(e);
+    char *out = r->evtext + r->evtext_used;
+    size_t n_out = 0;
+    dsp_token_event te;
+    memset(&te, 0, sizeof te);
+    te.token = tok;
+    if (r->p.logprobs >= 0) {
         dsp_sample_logprob ch, tp[DSP_MAX_LOGPROBS];
         int32_t n_top = 0;
-        if (dsp_sample_logprobs(raw_logits, g->c->n_vocab, NULL, DSP_SAMPLE_LOGPROBS_RAW, tok, g->p->logprobs, &ch, tp, &n_top) == DSP_OK) {
-            ev.chosen.token = ch.token;
-            ev.chosen.logprob = ch.logprob;
-            for (int i = 0; i < n_top; i++) top[i].token = tp[i].token, top[i].logprob = tp[i].logprob;
-            ev.n_top = n_top;
-            ev.top = top;
+        if (dsp_sample_logprobs(raw_logits, e->n_vocab, NULL, DSP_SAMPLE_LOGPROBS_RAW, tok, r->p.logprobs, &ch, tp, &n_top) == DSP_OK) {
+            te.chosen.token = ch.token;
+            te.chosen.logprob = ch.logprob;
+            size_t slot = r->evtext_used / r->out_cap; /* this token's index within the round */
+            dsp_token_logprob *dst = r->evtop ? r->evtop + slot * (size_t)r->p.logprobs : NULL;
+            for (int i = 0; i < n_top && dst; i++) dst[i].token = tp[i].token, dst[i].logprob = tp[i].logprob;
+            te.n_top = dst ? n_top : 0;
+            te.top = dst;
         }
     }
-    bool eog = !g->p->ignore_eos && dsp_engine_is_eog(m, tok);
+    bool eog = !r->p.ignore_eos && dsp_engine_is_eog(e->m, tok);
     dsp_finish fin = DSP_FINISH_NONE;
     if (eog) fin = DSP_FINISH_STOP;
-    else if (g->res->n_generated >= (size_t)g->p->max_tokens) fin = DSP_FINISH_LENGTH;
-    else if (g->s->n_tokens >= dsp_fwd_n_ctx(g->c->fwd)) fin = DSP_FINISH_LENGTH; /* the last token is never fed */
-    g->n_out = 0;
+    else if (r->res.n_generated >= (size_t)r->p.max_tokens) fin = DSP_FINISH_LENGTH;
+    else if (r->n_tokens >= e->n_ctx) fin = DSP_FINISH_LENGTH; /* the last token is never fed */
     const char *text;
     size_t n_text;
     bool hit = false;
-    if (!eog && dsp_detok_stream_feed(g->detok, tok, &text, &n_text) == DSP_OK) hit = out_text(g, text, n_text);
+    if (!eog && dsp_detok_stream_feed(r->detok, tok, &text, &n_text) == DSP_OK) hit = out_text(r, out, &n_out, text, n_text);
     if (!hit && fin != DSP_FINISH_NONE) { /* the end: a trailing incomplete character becomes U+FFFD */
-        if (dsp_detok_stream_flush(g->detok, &text, &n_text) == DSP_OK) hit = out_text(g, text, n_text);
+        if (dsp_detok_stream_flush(r->detok, &text, &n_text) == DSP_OK) hit = out_text(r, out, &n_out, text, n_text);
         if (!hit) {
-            dsp_stop_flush(&g->stop, &text, &n_text);
-            out_append(g, text, n_text);
+            dsp_stop_flush(&r->stop, &text, &n_text);
+            out_append(r, out, &n_out, text, n_text);
         }
     }
     if (hit) fin = DSP_FINISH_STOP;
-    ev.text = g->out;
-    ev.text_len = g->n_out;
-    if (g->cb && !g->cb(&ev, g->user) && fin == DSP_FINISH_NONE) fin = DSP_FINISH_CANCELLED;
+    te.text = out;
+    te.text_len = n_out;
+    r->evtext_used += r->out_cap;
+    if (ev) {
+        ev->type = DSP_EVENT_TOKEN;
+        ev->id = r->id;
+        ev->user = r->user;
+        ev->tok = te;
+    }
+    e->st.generated_tokens++;
     return fin;
 }
 
-static dsp_status spec_params_validate(const dsp_gen_params *p) {
-    if (p->mode != DSP_SPEC_BASELINE && p->mode != DSP_SPEC_LOOKUP && p->mode != DSP_SPEC_AUTO)
-        return dsp_error(DSP_ERR_INVALID_ARG, "mode: unknown speculation mode %d", (int)p->mode);
-    if (p->max_draft < 1 || p->max_draft > DSP_MAX_DRAFT)
-        return dsp_error(DSP_ERR_INVALID_ARG, "max_draft must be between 1 and %d (got %d)", DSP_MAX_DRAFT, p->max_draft);
-    if (p->lookup_min_n < 1 || p->lookup_max_n < p->lookup_min_n || p->lookup_max_n > 16)
-        return dsp_error(DSP_ERR_INVALID_ARG, "lookup n-gram sizes: need 1 <= lookup_min_n (%d) <= lookup_max_n (%d) <= 16", p->lookup_min_n,
-                         p->lookup_max_n);
+/* ---- the round ---------------------------------------------------------------------------- */
+
+static uint32_t promised_blocks(const dsp_engine *e) {
+    uint32_t sum = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        const dsp_req *r = e->running[i];
+        if (r->need_blocks > r->kv.n_blocks) sum += r->need_blocks - r->kv.n_blocks;
+    }
+    return sum;
+}
+
+/* Admit waiting requests in order while there is a slot and their KV promise can be kept. */
+static void admit(dsp_engine *e) {
+    while (e->wait_head && e->n_running < e->max_batch) {
+        dsp_req *r = e->wait_head;
+        uint32_t others = promised_blocks(e);
+        uint32_t attached = dsp_kv_seq_attach_prefix(e->kv, &r->kv, r->tokens, r->n_prompt - 1);
+        uint32_t avail = dsp_kv_pool_available(e->kv), want = r->need_blocks - r->kv.n_blocks;
+        if (avail < others || avail - others < want) {
+            dsp_kv_seq_truncate(e->kv, &r->kv, 0); /* detach; try again when something finishes */
+            break;
+        }
+        e->wait_head = r->next;
+        if (!e->wait_head) e->wait_tail = NULL;
+        r->next = NULL;
+        e->n_waiting--;
+        r->state = DSP_REQ_PREFILL;
+        r->t_admit = now_ms();
+        r->res.n_prompt = r->n_prompt;
+        r->res.n_cached = attached;
+        e->st.prompt_tokens += r->n_prompt;
+        e->st.cached_tokens += attached;
+        e->running[e->n_running++] = r;
+    }
+}
+
+static void remove_running(dsp_engine *e, int i) {
+    memmove(&e->running[i], &e->running[i + 1], sizeof *e->running * (size_t)(e->n_running - i - 1));
+    e->n_running--;
+}
+
+/* drafts for a decoding request, within the round's room */
+static int32_t propose(dsp_engine *e, dsp_req *r, int32_t room) {
+    if (!r->drafter) return 0;
+    const uint32_t len = r->n_tokens;
+    int64_t kmax = r->p.max_draft;
+    if ((int64_t)e->n_ctx - (int64_t)len - 1 < kmax) kmax = (int64_t)e->n_ctx - (int64_t)len - 1;
+    if ((int64_t)r->p.max_tokens - (int64_t)r->res.n_generated - 1 < kmax) kmax = (int64_t)r->p.max_tokens - (int64_t)r->res.n_generated - 1;
+    if (room < kmax) kmax = room;
+    if (kmax <= 0) return 0;
+    int32_t k = dsp_drafter_propose(r->drafter, r->tokens, len, (int32_t)kmax, r->draft, r->q);
+    if (k < 0) k = 0;
+    if (k > kmax) k = (int32_t)kmax;
+    for (int32_t i = 0; i < k; i++)
+        if (r->draft[i] < 0 || r->draft[i] >= e->n_vocab) k = i; /* a drafter bug must not reach the forward */
+    return k;
+}
+
+static void observe(dsp_engine *e, dsp_req *r, uint32_t n_new, int32_t drafted, int32_t accepted, uint32_t tap_pos, int32_t tap_rows) {
+    if (!r->drafter) return;
+    const float *taps = r->drafter->n_taps > 0 && tap_rows > 0 ? e->taps + (size_t)r->row0 * (size_t)e->n_taps * (size_t)e->n_embd : NULL;
+    dsp_spec_commit cm = {r->tokens, r->n_tokens, n_new, drafted, accepted, taps, tap_pos, taps ? tap_rows : 0};
+    dsp_drafter_observe(r->drafter, &cm);
+    r->observed = r->n_tokens;
+}
+
+/* After the forward: the decoding request r verifies its block and emits. */
+static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
+    const int V = e->n_vocab;
+    const float *logits = e->logits + (size_t)r->logit0 * (size_t)V;
+    const uint32_t len = r->n_tokens;
+    int32_t k = first ? 0 : r->k, out[DSP_MAX_DRAFT + 1], n_out = 0;
+    dsp_status st = dsp_spec_verify(logits, V, k, r->draft, k > 0 && r->drafter && r->drafter->supplies_q ? r->q : NULL, &r->hist, &r->sp,
+                                    &r->rng, &e->scratch, &e->dist, out, &n_out);
+    if (st) {
+        fail(e, r, st);
+        return;
+    }
+    const int32_t a = n_out - 1;
+    r->res.n_rounds++;
+    r->res.accept_hist[n_out]++;
+    e->st.accept_hist[n_out]++;
+    if (k > 0) {
+        r->res.n_draft_rounds++;
+        r->res.n_drafted += (size_t)k;
+        r->res.n_accepted += (size_t)a;
+        e->st.spec_rounds++;
+        e->st.drafted += (uint64_t)k;
+        e->st.accepted += (uint64_t)a;
+    }
+    /* rollback: keep the KV of the tokens fed and accepted (positions < len + a) */
+    if (r->kv.n_tokens > len + (uint32_t)a) dsp_kv_seq_truncate(e->kv, &r->kv, len + (uint32_t)a);
+    if (r->t_first == 0) {
+        r->t_first = now_ms();
+        r->res.prefill_ms = r->t_first - r->t_admit;
+    }
+    /* emit one token at a time: EOS, stop strings, max_tokens and cancellation cut exactly */
+    dsp_finish fin = DSP_FINISH_NONE;
+    for (int32_t j = 0; j < n_out && fin == DSP_FINISH_NONE; j++) {
+        r->tokens[len + (uint32_t)j] = out[j];
+        r->n_tokens = len + (uint32_t)j + 1;
+        r->res.n_generated++;
+        fin = emit_token(e, r, out[j], logits + (size_t)j * (size_t)V);
+    }
+    if (fin != DSP_FINISH_NONE) {
+        /* tokens decided after the cut were never emitted: drop them and their KV */
+        r->hist.len = r->n_tokens;
+        if (r->kv.n_tokens > r->n_tokens - 1) dsp_kv_seq_truncate(e->kv, &r->kv, r->n_tokens - 1);
+        finish(e, r, fin, DSP_OK);
+        return;
+    }
+    dsp_kv_seq_publish(e->kv, &r->kv, r->tokens, r->kv.n_tokens);
+    observe(e, r, (uint32_t)n_out, k, a, len - 1, first || !e->taps ? 0 : a + 1);
+}
+
+dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_events) {
+    for (size_t i = 0; i < e->n_done; i++) req_free(e, e->done[i]);
+    e->n_done = 0;
+    e->n_ev = 0;
+    *events = e->ev;
+    *n_events = 0;
+    /* cancellations */
+    for (dsp_req **pp = &e->wait_head; *pp;) {
+        dsp_req *r = *pp;
+        if (!r->cancel) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        if (e->wait_tail == r) e->wait_tail = NULL;
+        e->n_waiting--;
+        finish(e, r, DSP_FINISH_CANCELLED, DSP_OK);
+    }
+    if (!e->wait_tail)
+        for (dsp_req *r = e->wait_head; r; r = r->next) e->wait_tail = r;
+    for (int i = 0; i < e->n_running;) {
+        dsp_req *r = e->running[i];
+        if (!r->cancel) {
+            i++;
+            continue;
+        }
+        remove_running(e, i);
+        finish(e, r, DSP_FINISH_CANCELLED, DSP_OK);
+    }
+    admit(e);
+    if (e->n_running == 0) {
+        *n_events = e->n_ev;
+        return DSP_OK;
+    }
+
+    /* lay out the batch: decode blocks first, then prefill chunks */
+    int n = 0, n_logits = 0, n_seqs = 0;
+    int n_prefill = 0;
+    for (int i = 0; i < e->n_running; i++) n_prefill += e->running[i]->state == DSP_REQ_PREFILL;
+    for (int i = 0; i < e->n_running; i++) {
+        dsp_req *r = e->running[i];
+        r->n_rows = 0;
+        r->evtext_used = 0;
+        if (r->state != DSP_REQ_DECODE) continue;
+        /* room for drafts: the token budget and logits rows left after one row per other request */
+        int32_t room = e->batch_tokens - n - (e->n_running - i);
+        int32_t lroom = e->max_rows - n_logits - (e->n_running - i);
+        DSP_ASSERT(room >= 0 && lroom >= 0); /* max_batch <= max_rows <= batch_tokens */
+        r->k = propose(e, r, room < lroom ? room : lroom);
+        const uint32_t len = r->n_tokens;
+        r->row0 = n;
+        r->logit0 = n_logits;
+        r->n_rows = r->k + 1;
+        e->bseqs[n_seqs] = &r->kv;
+        for (int32_t j = 0; j <= r->k; j++) {
+            e->btok[n] = j ? r->draft[j - 1] : r->tokens[len - 1];
+            e->bpos[n] = (int32_t)(len - 1) + j;
+            e->bseq[n] = n_seqs;
+            e->brow[n_logits++] = n;
+            n++;
+        }
+        n_seqs++;
+    }
+    for (int i = 0; i < e->n_running && n < e->batch_tokens; i++) {
+        dsp_req *r = e->running[i];
+        if (r->state != DSP_REQ_PREFILL || n_logits >= e->max_rows) continue;
+        uint32_t from = r->kv.n_tokens, left = r->n_prompt - from;
+        uint32_t chunk = left < (uint32_t)(e->batch_tokens - n) ? left : (uint32_t)(e->batch_tokens - n);
+        r->row0 = n;
+        r->n_rows = (int)chunk;
+        r->logit0 = -1;
+        e->bseqs[n_seqs] = &r->kv;
+        for (uint32_t j = 0; j < chunk; j++) {
+            e->btok[n] = r->tokens[from + j];
+            e->bpos[n] = (int32_t)(from + j);
+            e->bseq[n] = n_seqs;
+            n++;
+        }
+        if (from + chunk == r->n_prompt) {
+            r->logit0 = n_logits;
+            e->brow[n_logits++] = n - 1;
+        }
+        n_seqs++;
+    }
+    int n_taps = e->taps ? e->n_taps : 0;
+    dsp_batch b = {n, e->btok, e->bseq, e->bpos, n_logits, e->brow, n_taps, n_taps ? e->tap_layers : NULL};
+    dsp_status st = dsp_fwd_run(e->fwd, e->bseqs, n_seqs, &b, e->logits, n_taps ? e->taps : NULL);
+    e->st.rounds++;
+    if (st) { /* the forward failed: every request in it ends with the error */
+        for (int i = e->n_running - 1; i >= 0; i--) {
+            dsp_req *r = e->running[i];
+            if (r->n_rows == 0) continue;
+            remove_running(e, i);
+            fail(e, r, st);
+        }
+        *n_events = e->n_ev;
+        return DSP_OK;
+    }
+
+    /* per request, in batch order */
+    for (int i = 0; i < e->n_running; i++) {
+        dsp_req *r = e->running[i];
+        if (r->n_rows == 0) continue;
+        if (r->state == DSP_REQ_DECODE) {
+            decode_done(e, r, false);
+        } else {
+            uint32_t from = r->kv.n_tokens - (uint32_t)r->n_rows;
+            if (r->drafter) { /* the drafter sees the prompt chunk by chunk (the first time, all of it) */
+                dsp_spec_commit cm = {r->tokens, r->kv.n_tokens, r->kv.n_tokens - r->observed, 0, 0,
+                                      n_taps && r->drafter->n_taps ? e->taps + (size_t)r->row0 * (size_t)n_taps * (size_t)e->n_embd : NULL,
+                                      from, n_taps && r->drafter->n_taps ? r->n_rows : 0};
+                dsp_drafter_observe(r->drafter, &cm);
+                r->observed = r->kv.n_tokens;
+            }
+            dsp_kv_seq_publish(e->kv, &r->kv, r->tokens, r->kv.n_tokens);
+            if (r->kv.n_tokens == r->n_prompt) { /* prefill complete: the first token */
+                dsp_sample_history_init(&r->hist, r->tokens, e->n_ctx, r->n_prompt);
+                r->state = DSP_REQ_DECODE;
+                decode_done(e, r, true);
+            }
+        }
+    }
+    /* requests that finished this round leave now (their DONE events are out) */
+    for (int i = e->n_running - 1; i >= 0; i--) {
+        dsp_req *r = e->running[i];
+        for (size_t d = 0; d < e->n_done; d++)
+            if (e->done[d] == r) {
+                remove_running(e, i);
+                break;
+            }
+    }
+    *n_events = e->n_ev;
     return DSP_OK;
 }
 
-dsp_status dsp_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p, dsp_token_cb cb,
-                        void *user, dsp_gen_result *res) {
-    return dsp_engine_generate(c, s, prompt, n_prompt, p, NULL, DSP_SPEC_FAULT_NONE, cb, user, res);
-}
+/* ---- the blocking helper ------------------------------------------------------------------ */
 
-dsp_status dsp_engine_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p,
-                               dsp_drafter *drafter, dsp_spec_fault fault, dsp_token_cb cb, void *user, dsp_gen_result *res) {
-    dsp_gen_result dummy;
-    if (!res) res = &dummy;
-    memset(res, 0, sizeof *res);
-    dsp_gen_params defaults = dsp_gen_default_params();
-    if (!p) p = &defaults;
-    gen g;
-    memset(&g, 0, sizeof g);
-    g.c = c, g.s = s, g.p = p, g.cb = cb, g.user = user, g.res = res;
-    dsp_status st = dsp_engine_sample_params(c, p, &g.sp);
+dsp_status dsp_generate(dsp_engine *e, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p, dsp_token_cb cb, void *user,
+                        dsp_gen_result *res) {
+    if (res) memset(res, 0, sizeof *res);
+    dsp_req_id id;
+    dsp_status st = dsp_engine_submit(e, prompt, n_prompt, p, NULL, &id);
     if (st) return st;
-    if ((st = spec_params_validate(p))) return st;
-    uint32_t n_ctx = dsp_fwd_n_ctx(c->fwd);
-    if (n_prompt == 0) return dsp_error(DSP_ERR_INVALID_ARG, "the prompt is empty");
-    if (n_prompt >= n_ctx)
-        return dsp_error(DSP_ERR_RANGE, "the prompt is %zu tokens, which does not fit the context of %u tokens (room is needed for at least one new token)",
-                         n_prompt, n_ctx);
-    for (size_t i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= c->n_vocab)
-            return dsp_error(DSP_ERR_INVALID_ARG, "prompt token %zu: id %d out of range (vocabulary %d)", i, prompt[i], c->n_vocab);
-    int n_stop = 0;
-    while (n_stop < DSP_MAX_STOP && p->stop[n_stop]) n_stop++;
-    if ((st = dsp_stop_init(&g.stop, p->stop, n_stop))) return st;
-
-    /* per-request memory: the drafter (index sized from the context), its q rows and taps */
-    dsp_drafter *own = NULL, *dr = drafter;
-    float *q = NULL, *taps = NULL;
-    if (!dr && p->mode != DSP_SPEC_BASELINE) {
-        dsp_lookup_params lp = {p->lookup_min_n, p->lookup_max_n, p->max_draft, n_ctx, true};
-        if ((st = dsp_lookup_create(&lp, &own))) {
-            dsp_stop_free(&g.stop);
-            return st;
-        }
-        dr = own;
-    }
-    if (dr) dsp_drafter_reset(dr);
-    int tap_rows = dsp_fwd_max_batch(c->fwd) > DSP_MAX_DRAFT + 1 ? dsp_fwd_max_batch(c->fwd) : DSP_MAX_DRAFT + 1;
-    if (dr && dr->supplies_q) q = malloc(sizeof(float) * (size_t)c->n_vocab * DSP_MAX_DRAFT);
-    if (dr && dr->n_taps > 0) taps = malloc(sizeof(float) * (size_t)tap_rows * (size_t)dr->n_taps * (size_t)dsp_fwd_n_embd(c->fwd));
-    g.out_cap = 2 * (3 * dsp_tok_max_piece_len(c->m->tok) + 8) + g.stop.cap;
-    g.out = malloc(g.out_cap);
-    if (!g.out || (dr && dr->supplies_q && !q) || (dr && dr->n_taps > 0 && !taps) ||
-        (st = dsp_detok_stream_create(c->m->tok, DSP_DETOKENIZE_SKIP_SPECIAL, &g.detok))) {
-        if (!st) st = dsp_error(DSP_ERR_NOMEM, "no memory");
-        free(g.out), free(q), free(taps);
-        dsp_drafter_destroy(own);
-        dsp_stop_free(&g.stop);
-        return st;
-    }
-
-    /* reuse the common prefix of the cached tokens; at least one prompt token is recomputed so
-     * that its logits exist */
-    size_t cached = s->kv.n_tokens < s->n_tokens ? s->kv.n_tokens : s->n_tokens, lcp = 0;
-    while (lcp < cached && lcp < n_prompt && s->tokens[lcp] == prompt[lcp]) lcp++;
-    if (lcp == n_prompt) lcp--;
-    dsp_kv_seq_truncate(dsp_fwd_kv(c->fwd), &s->kv, (uint32_t)lcp);
-    memcpy(s->tokens, prompt, n_prompt * sizeof *prompt);
-    s->n_tokens = n_prompt;
-    res->n_prompt = n_prompt;
-    res->n_cached = lcp;
-
-    double t0 = now_ms();
-    st = prefill(c, s, s->tokens, lcp, n_prompt, dr, taps);
-    double t1 = now_ms();
-    res->prefill_ms = t1 - t0;
-    if (st) {
-        dsp_kv_seq_truncate(dsp_fwd_kv(c->fwd), &s->kv, 0);
-        s->n_tokens = 0;
-        goto done;
-    }
-    dsp_sample_history_init(&g.hist, s->tokens, s->cap, (uint32_t)n_prompt);
-    dsp_rng_seed(&g.rng, p->seed);
-
-    /* The rounds. The first decides one token from the prefill logits; every later one runs the
-     * target over [last token, drafts] (the last token has no KV yet), verifies, emits, and keeps
-     * the KV of the last token + the accepted drafts. */
-    dsp_finish fin = DSP_FINISH_NONE;
-    dsp_kv_seq *seqs[1] = {&s->kv};
-    const int V = c->n_vocab;
-    int32_t draft[DSP_MAX_DRAFT], out[DSP_MAX_DRAFT + 1], btok[DSP_MAX_DRAFT + 1], bpos[DSP_MAX_DRAFT + 1], bseq[DSP_MAX_DRAFT + 1],
-        brow[DSP_MAX_DRAFT + 1];
-    for (bool first = true; fin == DSP_FINISH_NONE; first = false) {
-        const uint32_t len = s->n_tokens; /* committed tokens; the KV holds len (first round) or len - 1 */
-        int32_t k = 0;
-        if (!first) {
-            if (dr) {
-                /* room: the round pushes k + 1 tokens and feeds positions up to len - 1 + k; a round
-                 * emits k + 1 tokens at most, so drafting past max_tokens is wasted */
-                int64_t kmax = p->max_draft;
-                if ((int64_t)n_ctx - (int64_t)len - 1 < kmax) kmax = (int64_t)n_ctx - (int64_t)len - 1;
-                if ((int64_t)p->max_tokens - (int64_t)res->n_generated - 1 < kmax) kmax = (int64_t)p->max_tokens - (int64_t)res->n_generated - 1;
-                if (dsp_fwd_max_batch(c->fwd) - 1 < kmax) kmax = dsp_fwd_max_batch(c->fwd) - 1;
-                if (kmax > 0) {
-                    k = dsp_drafter_propose(dr, s->tokens, len, (int32_t)kmax, draft, q);
-                    if (k < 0) k = 0;
-                    if (k > kmax) k = (int32_t)kmax;
-                    for (int32_t i = 0; i < k; i++)
-                        if (draft[i] < 0 || draft[i] >= V) k = i; /* a drafter bug must not reach the forward */
+    bool cancelled = false;
+    for (;;) {
+        const dsp_event *ev;
+        size_t n_ev;
+        if ((st = dsp_engine_step(e, &ev, &n_ev))) return st;
+        for (size_t i = 0; i < n_ev; i++) {
+            if (ev[i].id != id) continue;
+            if (ev[i].type == DSP_EVENT_TOKEN) {
+                if (!cancelled && cb && !cb(&ev[i].tok, user)) {
+                    dsp_engine_cancel(e, id); /* takes effect at the next round; later tokens are not reported */
+                    cancelled = true;
                 }
+                continue;
             }
-            btok[0] = s->tokens[len - 1];
-            for (int32_t i = 0; i <= k; i++) {
-                if (i) btok[i] = draft[i - 1];
-                bpos[i] = (int32_t)(len - 1) + i, bseq[i] = 0, brow[i] = i;
-            }
-            int n_taps = taps ? dr->n_taps : 0;
-            dsp_batch b = {k + 1, btok, bseq, bpos, k + 1, brow, n_taps, n_taps ? dr->tap_layers : NULL};
-            if ((st = dsp_fwd_run(c->fwd, seqs, 1, &b, c->logits, taps))) break;
-        }
-        int32_t n_out = 0;
-        st = dsp_spec_verify(c->logits, V, k, draft, k > 0 && dr->supplies_q ? q : NULL, &g.hist, &g.sp, &g.rng, &c->scratch, &c->dist, fault,
-                             out, &n_out);
-        if (st) break;
-        const int32_t a = n_out - 1;
-        res->n_rounds++;
-        res->accept_hist[n_out]++;
-        if (k > 0) {
-            res->n_draft_rounds++;
-            res->n_drafted += (size_t)k;
-            res->n_accepted += (size_t)a;
-        }
-        /* rollback: keep the KV of the tokens fed and accepted (positions < len + a) */
-        if (s->kv.n_tokens > len + (uint32_t)a) dsp_kv_seq_truncate(dsp_fwd_kv(c->fwd), &s->kv, len + (uint32_t)a);
-        /* emit one token at a time: EOS, stop strings, max_tokens and cancellation cut exactly */
-        int32_t j = 0;
-        for (; j < n_out; j++) {
-            s->n_tokens = len + (uint32_t)j + 1;
-            res->n_generated++;
-            fin = emit_token(&g, out[j], c->logits + (size_t)j * (size_t)V);
-            if (fin != DSP_FINISH_NONE) break;
-        }
-        if (fin != DSP_FINISH_NONE) {
-            /* tokens decided after the cut were never emitted: drop them and their KV */
-            g.hist.len = s->n_tokens;
-            if (s->kv.n_tokens > s->n_tokens - 1) dsp_kv_seq_truncate(dsp_fwd_kv(c->fwd), &s->kv, s->n_tokens - 1);
-            break;
-        }
-        if (dr) {
-            dsp_spec_commit cm = {s->tokens, s->n_tokens, (uint32_t)n_out, k, a, first ? NULL : taps, len - 1, first || !taps ? 0 : a + 1};
-            dsp_drafter_observe(dr, &cm);
+            if (res) *res = *ev[i].res;
+            if (ev[i].status) return dsp_error(ev[i].status, "%s", ev[i].error);
+            return DSP_OK;
         }
     }
-    res->decode_ms = now_ms() - t1;
-    res->finish = fin;
-done:
-    dsp_stop_free(&g.stop);
-    dsp_detok_stream_destroy(g.detok);
-    free(g.out);
-    free(q);
-    free(taps);
-    dsp_drafter_destroy(own);
-    return st;
 }

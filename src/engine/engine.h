@@ -1,4 +1,17 @@
-/* engine/engine: internals of dsp_ctx / dsp_seq / dsp_generate (public API in dspark.h). */
+/* engine/engine: internals of dsp_engine (public API in dspark.h; DESIGN.md §1).
+ *
+ * Requests go through three states: WAITING (queued, FIFO), PREFILL (admitted: it has a KV
+ * sequence, attached to the longest cached prefix, and feeds its prompt a chunk per round) and
+ * DECODE (one token, or one token + k drafts, per round). Each round is ONE target forward over
+ * every running request's rows; then each request verifies/samples, emits, rolls its KV back to
+ * what it committed and publishes its full committed blocks to the prefix cache. A finished or
+ * cancelled request leaves in the same round and its slot is refilled at the next round.
+ *
+ * KV admission control: a request is admitted only when the blocks it may still need (prompt +
+ * max_tokens, capped by the context) fit in what is free or evictable after the promises made to
+ * the requests already running. So a running request never finds the pool exhausted and is
+ * never preempted; waiting requests wait. A request that could not fit even in an empty pool is
+ * refused at submit. */
 #ifndef DSP_ENGINE_ENGINE_H
 #define DSP_ENGINE_ENGINE_H
 
@@ -10,35 +23,81 @@
 #include "spec/spec.h"
 #include "tok/tok.h"
 
-#define DSP_ENGINE_MAX_ROWS 64   /* logits rows per round (1 + the largest draft) */
+typedef enum { DSP_REQ_WAITING = 0, DSP_REQ_PREFILL, DSP_REQ_DECODE } dsp_req_state;
 
-struct dsp_ctx {
+typedef struct dsp_req {
+    dsp_req_id id;
+    void *user;
+    dsp_req_state state;
+    bool cancel;                 /* dsp_engine_cancel asked; acted on at the next round */
+    dsp_gen_params p;            /* stop / logit_bias point into this request's own copies */
+    char *stop_copy[DSP_MAX_STOP];
+    dsp_logit_bias *bias_copy;
+    int32_t *tokens;             /* (n_ctx) prompt + generated */
+    uint32_t n_tokens, n_prompt;
+    uint32_t need_blocks;        /* KV blocks this request may hold at most (admission promise) */
+    dsp_kv_seq kv;
+    /* sampling */
+    dsp_sample_params sp;
+    dsp_sample_history hist;
+    dsp_rng rng;
+    dsp_stop stop;
+    dsp_detok_stream *detok;
+    /* speculation */
+    dsp_drafter *drafter;        /* NULL: baseline */
+    bool own_drafter;
+    float *q;                    /* (DSP_MAX_DRAFT, n_vocab) when the drafter supplies q */
+    uint32_t observed;           /* tokens the drafter has seen */
+    int32_t draft[DSP_MAX_DRAFT];
+    int32_t k;                   /* drafts in this round's block */
+    int row0, n_rows, logit0;    /* this round's rows in the batch and in the logits */
+    /* this round's events: texts and top logprobs, (DSP_MAX_DRAFT + 1) slots each */
+    char *evtext;
+    size_t evtext_cap, evtext_used, out_cap;
+    dsp_token_logprob *evtop;
+    dsp_gen_result res;
+    double t_submit, t_admit, t_first;
+    char error[256];
+    struct dsp_req *next;        /* waiting queue link */
+} dsp_req;
+
+struct dsp_engine {
     dsp_model *m;
+    dsp_backend *be;
     dsp_fwd *fwd;
-    int n_vocab;
-    int max_rows;
+    dsp_kv_pool *kv;
+    int n_vocab, n_embd;
+    uint32_t n_ctx;
+    int max_batch, batch_tokens, max_rows;
     float *logits;               /* (max_rows, n_vocab) */
+    float *taps;                 /* (batch_tokens, DSP_SPEC_MAX_TAPS, n_embd) once a request wants host taps */
     void *scratch_mem, *dist_mem;
     dsp_sample_scratch scratch;
     dsp_sample_dist dist;
-    int32_t bpos[4096], bseq[4096]; /* batch scratch (prefill chunks are <= max_batch_tokens) */
+    dsp_req *wait_head, *wait_tail;
+    uint32_t n_waiting;
+    dsp_req **running;           /* (max_batch), in admission order */
+    int n_running;
+    dsp_req_id next_id;
+    /* the round's batch */
+    int32_t *btok, *bpos, *bseq, *brow;   /* (batch_tokens) */
+    dsp_kv_seq **bseqs;                   /* (max_batch) */
+    int32_t tap_layers[DSP_SPEC_MAX_TAPS];
+    int n_taps;
+    /* the round's events */
+    dsp_event *ev;
+    size_t n_ev, ev_cap;
+    dsp_req **done;              /* (max_batch + waiting cancelled) requests to free after the events are read */
+    size_t n_done, done_cap;
+    dsp_engine_stats st;
 };
 
-struct dsp_seq {
-    dsp_ctx *c;
-    dsp_kv_seq kv;
-    int32_t *tokens;   /* (cap) the sequence's tokens; the first kv.n_tokens have cached KV */
-    uint32_t n_tokens, cap;
-};
-
-/* dsp_gen_params -> sampler parameters, validated (the message names the field). */
-dsp_status dsp_engine_sample_params(const dsp_ctx *c, const dsp_gen_params *p, dsp_sample_params *sp);
+/* Submit with an explicit drafter (tests: drafters that supply q or want taps). The caller keeps
+ * ownership of the drafter, which is reset first and must outlive the request. NULL: the drafter
+ * p->mode asks for. */
+dsp_status dsp_engine_submit_drafter(dsp_engine *e, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p, dsp_drafter *drafter,
+                                     void *user, dsp_req_id *id);
 /* end-of-generation token (eos, eot, <|im_end|>, ...) */
 bool dsp_engine_is_eog(const dsp_model *m, int32_t tok);
-/* dsp_generate with an explicit drafter (NULL: the one p->mode asks for; the caller keeps
- * ownership of a drafter it passes, which is reset first) and a verifier fault (tests only; NONE
- * otherwise). This is how tests plug in drafters that supply q or want taps. */
-dsp_status dsp_engine_generate(dsp_ctx *c, dsp_seq *s, const int32_t *prompt, size_t n_prompt, const dsp_gen_params *p,
-                               dsp_drafter *drafter, dsp_spec_fault fault, dsp_token_cb cb, void *user, dsp_gen_result *res);
 
 #endif

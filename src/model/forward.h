@@ -14,15 +14,20 @@
 #ifndef DSP_MODEL_FORWARD_H
 #define DSP_MODEL_FORWARD_H
 
+#include "backend/backend.h"
 #include "kv/kv.h"
 #include "model/model.h"
 
 typedef struct dsp_fwd_params {
-    int n_threads;          /* worker threads including the caller; 0 = physical cores */
+    dsp_backend *backend;   /* where it runs (not owned); NULL: a CPU backend of n_threads, owned */
+    int n_threads;          /* for the owned CPU backend: threads including the caller; 0 = physical cores */
     int max_batch_tokens;   /* most tokens in one dsp_fwd_run (default 512) */
+    int max_logits;         /* most logits rows in one dsp_fwd_run (default min(max_batch_tokens, 64)) */
+    int max_taps;           /* most tap layers per run (default 0: taps are not available) */
     uint32_t n_ctx;         /* most tokens in one sequence (default min(training context, 4096)) */
     uint32_t kv_tokens;     /* KV pool capacity in tokens over all sequences (default n_ctx) */
     int block_tokens;       /* KV block size (default 16) */
+    bool prefix_cache;      /* publish/attach full blocks across sequences (kv.h) */
 } dsp_fwd_params;
 
 typedef struct dsp_batch {
@@ -43,17 +48,21 @@ dsp_status dsp_fwd_create(const dsp_model *m, const dsp_fwd_params *p, dsp_fwd *
 void dsp_fwd_destroy(dsp_fwd *f);
 
 dsp_kv_pool *dsp_fwd_kv(dsp_fwd *f);
+dsp_backend *dsp_fwd_backend(dsp_fwd *f);
+int dsp_fwd_max_logits(const dsp_fwd *f);
+/* the backend buffer the last run's taps are in: (n_tokens, n_taps, n_embd) */
+const dsp_buf *dsp_fwd_taps(const dsp_fwd *f);
 uint32_t dsp_fwd_n_ctx(const dsp_fwd *f);
 int dsp_fwd_max_batch(const dsp_fwd *f);
 int dsp_fwd_n_vocab(const dsp_fwd *f);
 int dsp_fwd_n_embd(const dsp_fwd *f);
-dsp_status dsp_fwd_seq_init(dsp_fwd *f, dsp_kv_seq *s); /* empty sequence with capacity n_ctx */
+dsp_status dsp_fwd_seq_init(dsp_fwd *f, dsp_kv_seq *s); /* empty sequence with capacity n_ctx (salt 0) */
 
 /* Run the batch. Preconditions are checked (bad input is an error, nothing is changed): ids in
  * vocabulary, seq indices valid, each sequence's positions consecutive from its KV length, the
  * context limit. On success each sequence's KV length is its last position + 1.
- * logits: (n_logits, n_vocab) in logit_rows order. taps: (n_tokens, n_taps, n_embd), may be NULL
- * when n_taps == 0. */
+ * logits: (n_logits, n_vocab) in logit_rows order. taps: (n_tokens, n_taps, n_embd) on the host,
+ * may be NULL (they stay in dsp_fwd_taps then). */
 dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const dsp_batch *b, float *logits, float *taps);
 
 #endif

@@ -1,29 +1,22 @@
 /* server/sched: the request queue and the engine thread (DESIGN.md §7).
  *
- * The engine thread is the only user of the dsp_ctx and of the sequences. It pops requests FIFO
- * and runs each with dsp_generate on one of a few cached sequences: the one whose previous
- * tokens share the longest prefix with the new prompt (a follow-up turn of the same
- * conversation), else the least recently used. dsp_generate then recomputes only what differs.
- * The token callback appends to the request's event queue under the request's mutex and wakes
- * the connection thread; it returns false once the request is cancelled, which ends the
- * generation within one token.
+ * Connection threads put requests into an inbox (FIFO). The engine thread is the only user of the
+ * dsp_engine: it moves inbox requests into the engine (dsp_engine_submit), turns a connection's
+ * cancel flag (client gone) or a hard stop into dsp_engine_cancel, runs rounds (dsp_engine_step)
+ * while anything is in flight, and hands each event to its request: a token is appended to the
+ * request's event queue under the request's mutex and wakes the connection thread; DONE ends it.
+ * Batching, the prefix cache and admission under KV pressure are the engine's (engine/engine.h).
  *
- * Invariants: a request is in the queue iff in_queue (under q_mu); the queue holds one
- * reference; the KV pool holds n_ctx tokens per cached sequence, so no sequence ever finds the
- * pool exhausted. */
+ * Invariants: a request is in the inbox iff in_queue (under q_mu); inbox and engine together hold
+ * one reference, dropped at DONE; `inflight` (engine thread only) links the submitted requests. */
 #include "server/server.h"
+
+#include "core/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-typedef struct dsp_srv_slot {
-    dsp_seq *seq;
-    int32_t *tokens;    /* (n_ctx) what the sequence holds: last prompt + generated tokens */
-    size_t n_tokens;
-    uint64_t used;      /* slot_clock at last use (LRU) */
-} dsp_srv_slot;
 
 double dsp_srv_now_ms(void) {
     struct timespec ts;
@@ -64,25 +57,16 @@ void dsp_srv_req_release(dsp_srv_req *r) {
 
 /* ---- the engine thread ------------------------------------------------------------------------- */
 
-typedef struct run_state {
-    dsp_srv *s;
-    dsp_srv_req *r;
-    dsp_srv_slot *slot;
-    uint32_t n_ctx;
-} run_state;
-
-static bool on_token(const dsp_token_event *ev, void *user) {
-    run_state *rs = user;
-    dsp_srv_req *r = rs->r;
-    if (rs->slot->n_tokens < rs->n_ctx) rs->slot->tokens[rs->slot->n_tokens++] = ev->token;
-    bool ok = true;
+/* Append one decided token to r's event queue (under r->mu) and wake its connection. */
+static void append_token(dsp_srv_req *r, const dsp_token_event *ev) {
     pthread_mutex_lock(&r->mu);
+    bool ok = true;
     if (ev->text_len) {
         if (r->n_text + ev->text_len > r->cap_text) {
             size_t nc = (r->n_text + ev->text_len) * 2 + 256;
             char *nt = realloc(r->text, nc);
             if (nt) r->text = nt, r->cap_text = nc;
-            else ok = false; /* out of memory: end this request, not the server */
+            else ok = false; /* out of memory: the text is cut, the server goes on */
         }
         if (ok) {
             memcpy(r->text + r->n_text, ev->text, ev->text_len);
@@ -104,28 +88,8 @@ static bool on_token(const dsp_token_event *ev, void *user) {
         }
     }
     if (r->t_first == 0) r->t_first = dsp_srv_now_ms();
-    if (atomic_load(&r->cancel) || atomic_load(&rs->s->hard_stop)) ok = false;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    return ok;
-}
-
-static size_t lcp(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
-    size_t n = na < nb ? na : nb, i = 0;
-    while (i < n && a[i] == b[i]) i++;
-    return i;
-}
-
-static dsp_srv_slot *pick_slot(dsp_srv *s, const dsp_srv_req *r) {
-    dsp_srv_slot *best = NULL, *lru = &s->slots[0];
-    size_t best_n = 0;
-    for (int i = 0; i < s->cfg.cache_seqs; i++) {
-        dsp_srv_slot *sl = &s->slots[i];
-        size_t n = lcp(sl->tokens, sl->n_tokens, r->prompt, r->n_prompt);
-        if (n > best_n) best = sl, best_n = n;
-        if (sl->used < lru->used) lru = sl;
-    }
-    return best ? best : lru;
 }
 
 static void finish(dsp_srv_req *r, dsp_status st, const char *msg, const dsp_gen_result *res) {
@@ -139,83 +103,112 @@ static void finish(dsp_srv_req *r, dsp_status st, const char *msg, const dsp_gen
     pthread_mutex_unlock(&r->mu);
 }
 
-static void run_one(dsp_srv *s, dsp_srv_req *r) {
-    pthread_mutex_lock(&r->mu);
-    r->state = DSP_SRV_RUNNING;
-    r->t_started = dsp_srv_now_ms();
-    pthread_mutex_unlock(&r->mu);
-    if (atomic_load(&r->cancel)) {
-        finish(r, DSP_ERR_CANCELLED, "the client went away", NULL);
+static void log_done(const dsp_srv_req *r, dsp_status st, const dsp_gen_result *res) {
+    if (st) {
+        fprintf(stderr, "dspark serve: %s failed: %s: %s\n", r->id, dsp_status_to_string(st), r->error);
         return;
     }
-    dsp_srv_slot *slot = pick_slot(s, r);
-    slot->used = ++s->slot_clock;
-    memcpy(slot->tokens, r->prompt, r->n_prompt * sizeof *r->prompt);
-    slot->n_tokens = r->n_prompt;
-    run_state rs = {s, r, slot, s->n_ctx};
-    dsp_gen_result res;
-    memset(&res, 0, sizeof res);
-    dsp_status st = dsp_generate(s->ctx, slot->seq, r->prompt, r->n_prompt, &r->gp, on_token, &rs, &res);
-    if (st) slot->n_tokens = 0; /* the sequence was reset */
-    finish(r, st, st ? dsp_last_error() : NULL, &res);
-
-    double tps = res.decode_ms > 0 ? (double)res.n_generated / (res.decode_ms / 1e3) : 0;
+    double tps = res->decode_ms > 0 ? (double)res->n_generated / (res->decode_ms / 1e3) : 0;
     char spec[96] = "";
-    if (res.n_rounds)
-        snprintf(spec, sizeof spec, " accepted %zu/%zu drafted, %.2f tok/round", res.n_accepted, res.n_drafted,
-                 (double)res.n_generated / (double)res.n_rounds);
-    if (st)
-        fprintf(stderr, "dspark serve: %s failed: %s: %s\n", r->id, dsp_status_to_string(st), r->error);
-    else
-        fprintf(stderr,
-                "dspark serve: %s %s%s: %zu prompt (%zu cached) + %zu completion tokens, %s, queued %.0f ms, "
-                "prefill %.0f ms, decode %.0f ms (%.1f tok/s)%s\n",
-                r->id, r->kind == DSP_SRV_CHAT ? "chat" : "completion", r->stream ? " stream" : "", res.n_prompt, res.n_cached,
-                res.n_generated, dsp_finish_to_string(res.finish), r->t_started - r->t_enqueued, res.prefill_ms, res.decode_ms,
-                tps, spec);
+    if (res->n_draft_rounds)
+        snprintf(spec, sizeof spec, " accepted %zu/%zu drafted, %.2f tok/round", res->n_accepted, res->n_drafted,
+                 (double)res->n_generated / (double)res->n_rounds);
+    fprintf(stderr,
+            "dspark serve: %s %s%s: %zu prompt (%zu cached) + %zu completion tokens, %s, queued %.0f ms, "
+            "prefill %.0f ms, decode %.0f ms (%.1f tok/s)%s\n",
+            r->id, r->kind == DSP_SRV_CHAT ? "chat" : "completion", r->stream ? " stream" : "", res->n_prompt, res->n_cached, res->n_generated,
+            dsp_finish_to_string(res->finish), r->t_started - r->t_enqueued, res->prefill_ms, res->decode_ms, tps, spec);
 }
 
-static void *engine_main(void *arg) {
-    dsp_srv *s = arg;
-    for (;;) {
-        pthread_mutex_lock(&s->q_mu);
-        while (!s->q_head && !s->q_stop) pthread_cond_wait(&s->q_cv, &s->q_mu);
+/* Move the inbox into the engine (under q_mu). */
+static void take_inbox(dsp_srv *s, dsp_srv_req **inflight) {
+    while (s->q_head) {
         dsp_srv_req *r = s->q_head;
-        if (!r) {
-            pthread_mutex_unlock(&s->q_mu);
-            break;
-        }
         s->q_head = r->next;
         if (!s->q_head) s->q_tail = NULL;
         r->next = NULL;
         r->in_queue = false;
         s->q_len--;
-        s->running = r;
-        pthread_mutex_unlock(&s->q_mu);
+        pthread_mutex_lock(&r->mu);
+        r->state = DSP_SRV_RUNNING;
+        r->t_started = dsp_srv_now_ms();
+        pthread_mutex_unlock(&r->mu);
+        dsp_status st = atomic_load(&s->hard_stop) ? DSP_ERR_BUSY : DSP_OK;
+        if (!st) st = dsp_engine_submit(s->engine, r->prompt, r->n_prompt, &r->gp, r, &r->engine_id);
+        if (st) {
+            finish(r, st, st == DSP_ERR_BUSY ? "the server is shutting down" : dsp_last_error(), NULL);
+            log_done(r, st, NULL);
+            dsp_srv_req_release(r);
+            continue;
+        }
+        r->next = *inflight;
+        *inflight = r;
+        s->n_inflight++;
+    }
+}
 
-        if (atomic_load(&s->hard_stop)) finish(r, DSP_ERR_BUSY, "the server is shutting down", NULL);
-        else run_one(s, r);
-        dsp_srv_req_release(r);
-
+static void *engine_main(void *arg) {
+    dsp_srv *s = arg;
+    dsp_srv_req *inflight = NULL; /* submitted to the engine, linked by next (this thread only) */
+    for (;;) {
         pthread_mutex_lock(&s->q_mu);
-        s->running = NULL;
-        s->n_served++;
-        pthread_cond_broadcast(&s->idle_cv);
+        while (!s->q_head && !inflight && !s->q_stop) pthread_cond_wait(&s->q_cv, &s->q_mu);
+        if (!s->q_head && !inflight) { /* q_stop and nothing left */
+            pthread_mutex_unlock(&s->q_mu);
+            break;
+        }
+        take_inbox(s, &inflight);
         pthread_mutex_unlock(&s->q_mu);
+
+        bool hard = atomic_load(&s->hard_stop);
+        for (dsp_srv_req *r = inflight; r; r = r->next)
+            if (hard || atomic_load(&r->cancel)) dsp_engine_cancel(s->engine, r->engine_id);
+        const dsp_event *ev;
+        size_t n_ev = 0;
+        dsp_status st = dsp_engine_step(s->engine, &ev, &n_ev);
+        if (st) fprintf(stderr, "dspark serve: engine: %s\n", dsp_last_error());
+        for (size_t i = 0; i < n_ev; i++) {
+            dsp_srv_req *r = ev[i].user;
+            if (ev[i].type == DSP_EVENT_TOKEN) {
+                append_token(r, &ev[i].tok);
+                continue;
+            }
+            dsp_status rst = ev[i].status;
+            const char *msg = rst ? ev[i].error : NULL;
+            finish(r, rst, msg, ev[i].res);
+            log_done(r, rst, ev[i].res);
+            for (dsp_srv_req **pp = &inflight; *pp; pp = &(*pp)->next)
+                if (*pp == r) {
+                    *pp = r->next;
+                    break;
+                }
+            r->next = NULL;
+            dsp_srv_req_release(r);
+            pthread_mutex_lock(&s->q_mu);
+            s->n_inflight--;
+            s->n_served++;
+            pthread_cond_broadcast(&s->idle_cv);
+            pthread_mutex_unlock(&s->q_mu);
+        }
+        if (st) { /* the engine itself failed: end everything in flight */
+            while (inflight) {
+                dsp_srv_req *r = inflight;
+                inflight = r->next;
+                r->next = NULL;
+                finish(r, st, dsp_last_error(), NULL);
+                dsp_srv_req_release(r);
+                pthread_mutex_lock(&s->q_mu);
+                s->n_inflight--;
+                pthread_cond_broadcast(&s->idle_cv);
+                pthread_mutex_unlock(&s->q_mu);
+            }
+        }
     }
     return NULL;
 }
 
 dsp_status dsp_srv_sched_start(dsp_srv *s) {
-    s->slots = calloc((size_t)s->cfg.cache_seqs, sizeof *s->slots);
-    if (!s->slots) return DSP_ERR_NOMEM;
-    for (int i = 0; i < s->cfg.cache_seqs; i++) {
-        dsp_status st = dsp_seq_create(s->ctx, &s->slots[i].seq);
-        if (st) return st;
-        s->slots[i].tokens = malloc(sizeof(int32_t) * s->n_ctx);
-        if (!s->slots[i].tokens) return DSP_ERR_NOMEM;
-    }
-    if (pthread_create(&s->engine_thread, NULL, engine_main, s)) return DSP_ERR_INTERNAL;
+    if (pthread_create(&s->engine_thread, NULL, engine_main, s)) return dsp_error(DSP_ERR_INTERNAL, "cannot start the engine thread");
     s->engine_started = true;
     return DSP_OK;
 }
@@ -227,8 +220,9 @@ dsp_status dsp_srv_sched_submit(dsp_srv *s, dsp_srv_req *r, dsp_srv_error *e) {
         dsp_srv_fail(e, DSP_ERR_BUSY, NULL, "the server is shutting down");
         return DSP_ERR_BUSY;
     }
-    if (s->q_len >= s->cfg.max_queue) {
-        int n = s->q_len;
+    int waiting = s->q_len + (s->n_inflight > s->cfg.cp.max_batch ? s->n_inflight - s->cfg.cp.max_batch : 0);
+    if (waiting >= s->cfg.max_queue) {
+        int n = waiting;
         pthread_mutex_unlock(&s->q_mu);
         dsp_srv_fail(e, DSP_ERR_BUSY, NULL, "the server is busy: %d requests are already waiting (--max-queue); retry later", n);
         return DSP_ERR_BUSY;
@@ -281,9 +275,9 @@ bool dsp_srv_sched_wait_idle(dsp_srv *s, double timeout_s) {
     dl.tv_nsec = (long)(ns % 1000000000LL);
     pthread_mutex_lock(&s->q_mu);
     bool idle;
-    while (!(idle = !s->q_head && !s->running))
+    while (!(idle = !s->q_head && s->n_inflight == 0))
         if (pthread_cond_timedwait(&s->idle_cv, &s->q_mu, &dl)) break;
-    idle = !s->q_head && !s->running;
+    idle = !s->q_head && s->n_inflight == 0;
     pthread_mutex_unlock(&s->q_mu);
     return idle;
 }
@@ -297,12 +291,4 @@ void dsp_srv_sched_stop(dsp_srv *s) {
     pthread_mutex_unlock(&s->q_mu);
     if (s->engine_started) pthread_join(s->engine_thread, NULL);
     s->engine_started = false;
-    if (s->slots) {
-        for (int i = 0; i < s->cfg.cache_seqs; i++) {
-            dsp_seq_destroy(s->slots[i].seq);
-            free(s->slots[i].tokens);
-        }
-        free(s->slots);
-        s->slots = NULL;
-    }
 }

@@ -1,5 +1,5 @@
-/* server/server: the server's lifetime: load the model, size the context for the cached
- * sequences, start the engine thread and the HTTP daemon; tear down in the reverse order. */
+/* server/server: the server's lifetime: load the model, create the engine, start the engine
+ * thread and the HTTP daemon; tear down in the reverse order. */
 #include "server/server.h"
 
 #include <jansson.h>
@@ -19,10 +19,10 @@ void dsp_srv_config_default(dsp_srv_config *c) {
     c->max_body = (size_t)8 << 20;
     c->idle_timeout_s = 60;
     c->shutdown_timeout_s = 10;
-    c->cache_seqs = 4;
     c->max_connections = 256;
     c->mode = DSP_SPEC_AUTO;
-    c->cp = dsp_ctx_default_params();
+    c->cp = dsp_engine_default_params();
+    c->cp.max_batch = 8;
 }
 
 static char *read_file(const char *path) {
@@ -81,16 +81,16 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     dsp_model_info info;
     dsp_model_get_info(s->model, &info);
 
-    /* one full context of KV per cached sequence, so that no sequence finds the pool full */
-    dsp_ctx_params cp = cfg->cp;
-    if (!cp.n_ctx) cp.n_ctx = info.n_ctx_train && info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
-    cp.kv_tokens = cp.n_ctx * (uint32_t)cfg->cache_seqs;
-    fprintf(stderr, "dspark serve: creating the context (%u tokens x %d cached sequences) ...\n", cp.n_ctx, cfg->cache_seqs);
-    if ((st = dsp_ctx_create(s->model, &cp, &s->ctx))) {
+    if ((st = dsp_engine_create(s->model, &cfg->cp, &s->engine))) {
         fprintf(stderr, "dspark serve: %s\n", dsp_last_error());
         return st;
     }
-    s->n_ctx = dsp_ctx_n_ctx(s->ctx);
+    s->n_ctx = dsp_engine_n_ctx(s->engine);
+    dsp_engine_stats es;
+    dsp_engine_get_stats(s->engine, &es);
+    fprintf(stderr, "dspark serve: engine on %s: %u-token context, up to %d requests per round, KV cache %u tokens%s\n",
+            dsp_engine_backend(s->engine), s->n_ctx, cfg->cp.max_batch, es.kv_blocks * es.block_tokens,
+            cfg->cp.no_prefix_cache ? " (no prefix cache)" : " with prefix cache");
 
     /* names: the first alias, else the file's base name without .gguf */
     const char *base = strrchr(cfg->model_path, '/');
@@ -119,7 +119,7 @@ void dsp_srv_destroy(dsp_srv *s) {
     dsp_srv_sched_stop(s);
     dsp_srv_http_flush(s, 5); /* let the replies to those go out before the sockets close */
     dsp_srv_http_stop(s);
-    dsp_ctx_destroy(s->ctx);
+    dsp_engine_destroy(s->engine);
     dsp_model_destroy(s->model);
     free(s->template_src);
     pthread_mutex_destroy(&s->q_mu);

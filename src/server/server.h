@@ -6,15 +6,11 @@
  *     and tokenizes the prompt, then enqueues a dsp_srv_req and waits on that request's own event
  *     queue (streaming: in the response's content-reader callback; non-streaming: in the access
  *     handler). While it waits it polls its socket, so a client that goes away cancels its request.
- *   - One engine thread (sched.c) owns the model's dsp_ctx and a small LRU of dsp_seq (so a
- *     multi-turn follow-up reuses the KV of its conversation). It pops requests FIFO and runs
- *     dsp_generate; the token callback appends to the request's event queue and returns false
- *     once the request is cancelled (client gone, shutdown), which stops it within one token.
+ *   - One engine thread (sched.c) owns the dsp_engine: it submits inbox requests to it, runs its
+ *     rounds (continuous batching: up to --max-batch requests share each forward; a prefix cache
+ *     reuses the KV of earlier requests), and appends each token event to its request's queue.
+ *     A cancelled request (client gone, shutdown) stops at the next round, prefill included.
  *   - The main thread (cmd_serve.c) waits for SIGINT/SIGTERM and drives the shutdown.
- *
- * Batching later: the queue is a plain FIFO of independent requests, each with its own params,
- * prompt and event queue, and the engine thread is the only consumer; a batching scheduler will
- * pop several of them into one round without any change on the HTTP side.
  *
  * Ownership: a request is reference counted: the connection that made it and the scheduler (while
  * queued or running) each hold one reference; whichever drops the last frees it. All shared fields
@@ -46,11 +42,10 @@ typedef struct dsp_srv_config {
     size_t max_body;             /* request body bytes at most; more get a 413 */
     int idle_timeout_s;          /* an idle or stalled connection is closed after this */
     double shutdown_timeout_s;   /* on SIGINT/SIGTERM in-flight requests get this long to finish */
-    int cache_seqs;              /* sequences kept for KV reuse across requests */
     int max_connections;
     dsp_spec_mode mode;          /* speculation default for every request */
     int32_t max_draft;           /* 0 = the library's default */
-    dsp_ctx_params cp;
+    dsp_engine_params cp;        /* max_batch, batch_tokens, kv_memory, prefix cache, device ... */
 } dsp_srv_config;
 
 void dsp_srv_config_default(dsp_srv_config *c);
@@ -107,6 +102,7 @@ typedef struct dsp_srv_req {
     char *echo_text;             /* completions with echo: the prompt text */
     size_t echo_len;
     dsp_gen_params gp;
+    dsp_req_id engine_id;        /* set by the engine thread at submit */
     char *stops[DSP_MAX_STOP];   /* owned copies that gp.stop points to */
     dsp_logit_bias *bias;        /* owned array that gp.logit_bias points to */
     size_t max_events;           /* capacity of toks: no more tokens than this can be decided */
@@ -144,7 +140,7 @@ struct dsp_srv {
     dsp_srv_config cfg;
     dsp_model *model;
     const dsp_tokenizer *tok;
-    dsp_ctx *ctx;
+    dsp_engine *engine;          /* used by the engine thread only (after start) */
     uint32_t n_ctx;
     char model_id[256];          /* the name clients use: first alias, else the file's base name */
     char file_id[256];           /* the file's base name without .gguf (also accepted) */
@@ -156,9 +152,9 @@ struct dsp_srv {
     pthread_mutex_t q_mu;
     pthread_cond_t q_cv;         /* the engine thread waits for work */
     pthread_cond_t idle_cv;      /* shutdown waits for the queue to drain */
-    dsp_srv_req *q_head, *q_tail;
+    dsp_srv_req *q_head, *q_tail; /* the inbox */
     int q_len;
-    dsp_srv_req *running;
+    int n_inflight;              /* submitted to the engine, not yet done */
     bool q_stop;                 /* the engine thread exits when the queue is empty */
     atomic_bool draining;        /* refuse new requests (503) */
     atomic_bool hard_stop;       /* cancel whatever runs; fail whatever waits */
@@ -168,8 +164,6 @@ struct dsp_srv {
     atomic_uint_fast64_t next_id;
     uint64_t id_salt;
 
-    struct dsp_srv_slot *slots;  /* (cfg.cache_seqs), engine thread only */
-    uint64_t slot_clock;
 
     struct MHD_Daemon *daemon;
     atomic_int n_active;         /* generation requests whose reply is not yet sent */

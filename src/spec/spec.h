@@ -111,21 +111,13 @@ int32_t dsp_lookup_last_match(const dsp_drafter *d);
 
 /* ---- verifier --------------------------------------------------------------------------------- */
 
-/* Deliberately wrong rules, for tests only: the statistical test must reject each of them. */
-typedef enum dsp_spec_fault {
-    DSP_SPEC_FAULT_NONE = 0,
-    DSP_SPEC_FAULT_RESAMPLE_P,     /* on a rejection, draw the correction from p, not the residual */
-    DSP_SPEC_FAULT_IGNORE_Q,       /* accept with probability p(d) whatever q(d) is */
-    DSP_SPEC_FAULT_STALE_HISTORY,  /* process every position on the committed history only */
-} dsp_spec_fault;
-
 /* Verify k drafts against the target logits rows (k+1, n_vocab): row i is the target's output after
  * the committed tokens + draft[0, i). q: (k, n_vocab) or NULL for one-hot drafts. h: the committed
  * history; on return it holds the committed history + the out tokens. out (k+1): the accepted
  * drafts then the bonus/correction token; *n_out = accepted + 1. d ends up holding p of the last
  * out position. See the top of this file for the rules and the RNG consumption. */
 dsp_status dsp_spec_verify(const float *logits, int32_t n_vocab, int32_t k, const int32_t *draft, const float *q, dsp_sample_history *h,
-                           const dsp_sample_params *sp, dsp_rng *rng, dsp_sample_scratch *s, dsp_sample_dist *d, dsp_spec_fault fault,
-                           int32_t *out, int32_t *n_out);
+                           const dsp_sample_params *sp, dsp_rng *rng, dsp_sample_scratch *s, dsp_sample_dist *d, int32_t *out,
+                           int32_t *n_out);
 
 #endif

@@ -1,60 +1,7 @@
-/* spec/verify: the lossless verifier (DRAFTERS.md §3). See spec.h for the rules and the RNG
- * consumption contract.
- *
- * Invariant: the processed distribution p_i at verify position i is computed exactly as plain
- * decoding computes it at that position: the same sampler, the same history (committed tokens +
- * the drafts before i, pushed onto the history one by one), the same logits bits. Everything the
- * verifier decides is therefore a function of the same p_i sequential decoding would use. */
-#include "spec/spec.h"
+/* spec/verify: the lossless verifier (DRAFTERS.md §3); the body is in verify_impl.h. */
+#include "spec/verify_impl.h"
 
 dsp_status dsp_spec_verify(const float *logits, int32_t n_vocab, int32_t k, const int32_t *draft, const float *q, dsp_sample_history *h,
-                           const dsp_sample_params *sp, dsp_rng *rng, dsp_sample_scratch *s, dsp_sample_dist *d, dsp_spec_fault fault,
-                           int32_t *out, int32_t *n_out) {
-    *n_out = 0;
-    if (k < 0 || (k > 0 && !draft)) return dsp_error(DSP_ERR_INVALID_ARG, "verify: %d drafts", k);
-    const uint32_t base = h->len;
-    /* greedy is exact with the one-hot rule whatever q is (p is one-hot on the argmax) */
-    const bool onehot = !q || sp->temperature == 0.0f;
-    for (int32_t i = 0; i <= k; i++) {
-        const float *row = logits + (size_t)i * (size_t)n_vocab;
-        dsp_sample_history stale = *h;
-        stale.len = base;
-        dsp_status st = dsp_sample_process(row, fault == DSP_SPEC_FAULT_STALE_HISTORY ? &stale : h, sp, s, d);
-        if (st) {
-            dsp_sample_history_pop(h, h->len - base);
-            *n_out = 0;
-            return st;
-        }
-        int32_t tok;
-        bool accepted = false;
-        if (i == k) {
-            tok = dsp_sample_from_dist(d, dsp_rng_uniform(rng)); /* bonus: all drafts accepted */
-        } else if (onehot) {
-            if (fault == DSP_SPEC_FAULT_RESAMPLE_P || fault == DSP_SPEC_FAULT_IGNORE_Q) {
-                /* wrong: accept with probability p(d), then correct from p (d not excluded) */
-                accepted = dsp_rng_uniform(rng) < (double)d->p[draft[i]];
-                tok = accepted ? draft[i] : dsp_sample_from_dist(d, dsp_rng_uniform(rng));
-            } else {
-                tok = dsp_sample_from_dist(d, dsp_rng_uniform(rng)); /* sample-and-match (§3.3) */
-                accepted = tok == draft[i];
-            }
-        } else {
-            const float *qi = q + (size_t)i * (size_t)n_vocab;
-            const int32_t dt = draft[i];
-            const double u = dsp_rng_uniform(rng);
-            if (fault == DSP_SPEC_FAULT_IGNORE_Q) accepted = u < (double)d->p[dt];
-            else accepted = dsp_sample_accept(d, dt, qi[dt], u);
-            if (accepted) tok = dt;
-            else if (fault == DSP_SPEC_FAULT_RESAMPLE_P) tok = dsp_sample_from_dist(d, dsp_rng_uniform(rng));
-            else tok = dsp_sample_from_residual(d, qi, dsp_rng_uniform(rng));
-        }
-        out[(*n_out)++] = tok;
-        if ((st = dsp_sample_history_push(h, tok))) { /* the caller sizes the history for k + 1 more */
-            dsp_sample_history_pop(h, h->len - base);
-            *n_out = 0;
-            return st;
-        }
-        if (!accepted) break;
-    }
-    return DSP_OK;
+                           const dsp_sample_params *sp, dsp_rng *rng, dsp_sample_scratch *s, dsp_sample_dist *d, int32_t *out, int32_t *n_out) {
+    return dsp_spec_verify_impl(logits, n_vocab, k, draft, q, h, sp, rng, s, d, DSP_SPEC_FAULT_NONE, out, n_out);
 }

@@ -21,7 +21,7 @@ class Server:
 
     def __init__(self, *extra, ctx=512):
         self.logf = tempfile.NamedTemporaryFile(prefix="dspark-serve-", suffix=".log", delete=False)
-        args = [BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "--ctx", str(ctx), "--cache-seqs", "2",
+        args = [BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "--ctx", str(ctx), "--max-batch", "4",
                 "--timeout", "3", "--shutdown-timeout", "5", *extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.logf)
         self.port = None

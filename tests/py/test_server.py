@@ -263,7 +263,8 @@ def test_messages_forms_and_kv_reuse(client):
     # a follow-up turn reuses the first turn's KV
     turn2 = [sys_msg, parts, {"role": "assistant", "content": a}, {"role": "user", "content": "Another one."}]
     r2 = client.chat.completions.create(model="smol", messages=turn2, temperature=0, max_tokens=M)
-    assert r2.usage.prompt_tokens_details.cached_tokens >= r1.usage.prompt_tokens - 2
+    # (whole 16-token KV blocks of what the first turn fed are cached)
+    assert r2.usage.prompt_tokens_details.cached_tokens >= (r1.usage.prompt_tokens - 1) // 16 * 16 > 0
 
 
 def test_rejected_fields(srv, client):

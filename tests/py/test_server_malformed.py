@@ -295,7 +295,7 @@ def test_hundred_dropped_connections(srv):
 def test_queue_full_and_shutdown():
     """--max-queue 1: one request runs, one waits, the next gets a 503. Then SIGTERM with a stream
     in flight: the stream ends properly ([DONE]), the server exits 0 within the shutdown timeout."""
-    s = Server("--max-queue", "1", "--shutdown-timeout", "2")
+    s = Server("--max-queue", "1", "--shutdown-timeout", "2", "--max-batch", "1")
     try:
         long_body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True,
                                 "ignore_eos": True}).encode()

@@ -1,0 +1,463 @@
+/* backend/cpu/cpu_backend: the reference backend (backend.h) on the kernel table of ops.h.
+ *
+ * Buffers are 64-byte aligned host arrays; a matrix weight is the mmapped tensor itself (never
+ * copied); a vector weight that is not f32 (a bf16 norm of a Hugging Face checkpoint) is widened
+ * to f32 once, at creation. The KV store is f32: (n_layers, n_blocks, block_tokens, kv_dim) for K
+ * and for V.
+ *
+ * Work is split over the persistent pool only by output element (matmul: DSP_CPU_MM_ROWS weight
+ * rows per task; attention: one (row, KV head) per task), so no value depends on the thread count
+ * or the batch (backend.h, batch invariance). Row-local ops (norms, RoPE, SwiGLU, adds) run on the
+ * calling thread. All scratch is sized by reserve(); a forward allocates nothing. */
+#include "backend/backend.h"
+
+#include "backend/cpu/ops.h"
+#include "core/quant.h"
+#include "core/threads.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dsp_buf {
+    float *data;
+    size_t n;
+};
+
+struct dsp_bweight {
+    const dsp_tensor *t;
+    const void *data;   /* t->data, or `own` */
+    uint32_t type;
+    size_t row_bytes;   /* bytes per row of ne[0] elements */
+    float *own;         /* f32 copy of a non-f32 vector */
+};
+
+struct dsp_kv_store {
+    int n_layers, kv_dim, block_tokens;
+    uint32_t n_blocks;
+    float *k, *v;
+};
+
+typedef struct cpu_backend {
+    dsp_backend base;
+    const dsp_cpu_ops *ops;
+    dsp_pool *pool;
+    int n_threads;
+    dsp_be_limits lim;
+    float *wrow;             /* (n_threads, DSP_CPU_MM_ROWS, mm_stride(max_width)) */
+    size_t wrow_per_thread;
+    float *scores;           /* (n_threads, max_group, max_keys) */
+    size_t scores_per_thread;
+    float *rope_cs;          /* (max_tokens, max_rot_dim): (cos, sin) pairs of the current forward */
+    const dsp_buf *cs_freq;  /* the rope the table was built for (NULL: none yet this forward) */
+    float cs_scale, cs_factor;
+    const dsp_be_batch *b;   /* the current forward's batch */
+} cpu_backend;
+
+static cpu_backend *cpu(dsp_backend *be) { return (cpu_backend *)be; }
+
+static void *alloc64(size_t bytes) {
+    bytes = (bytes ? bytes : 1);
+    bytes = (bytes + 63) / 64 * 64;
+    return aligned_alloc(64, bytes);
+}
+
+/* ---- memory ----------------------------------------------------------------------------------- */
+
+static dsp_status cpu_reserve(dsp_backend *be, const dsp_be_limits *l) {
+    cpu_backend *c = cpu(be);
+    dsp_be_limits n = c->lim;
+    if (l->max_tokens > n.max_tokens) n.max_tokens = l->max_tokens;
+    if (l->max_width > n.max_width) n.max_width = l->max_width;
+    if (l->max_group > n.max_group) n.max_group = l->max_group;
+    if (l->max_keys > n.max_keys) n.max_keys = l->max_keys;
+    if (l->max_rot_dim > n.max_rot_dim) n.max_rot_dim = l->max_rot_dim;
+    if (!memcmp(&n, &c->lim, sizeof n) && c->wrow) return DSP_OK;
+    size_t wpt = (size_t)DSP_CPU_MM_ROWS * (size_t)dsp_cpu_mm_stride(n.max_width);
+    size_t spt = (size_t)n.max_group * n.max_keys;
+    float *wrow = alloc64((size_t)c->n_threads * wpt * sizeof(float));
+    float *scores = alloc64((size_t)c->n_threads * spt * sizeof(float));
+    float *cs = alloc64((size_t)n.max_tokens * (size_t)n.max_rot_dim * sizeof(float));
+    if (!wrow || !scores || !cs) {
+        free(wrow), free(scores), free(cs);
+        return dsp_error(DSP_ERR_NOMEM, "cpu backend: no memory for scratch (%d tokens, width %d, %u keys)", n.max_tokens, n.max_width,
+                         n.max_keys);
+    }
+    free(c->wrow), free(c->scores), free(c->rope_cs);
+    c->wrow = wrow, c->scores = scores, c->rope_cs = cs;
+    c->wrow_per_thread = wpt, c->scores_per_thread = spt;
+    c->lim = n;
+    return DSP_OK;
+}
+
+static dsp_status cpu_buf_create(dsp_backend *be, size_t n, dsp_buf **out) {
+    (void)be;
+    *out = NULL;
+    dsp_buf *b = calloc(1, sizeof *b);
+    if (n > SIZE_MAX / sizeof(float) / 2 || !b) {
+        free(b);
+        return dsp_error(DSP_ERR_NOMEM, "cpu backend: no memory for a buffer of %zu floats", n);
+    }
+    b->data = alloc64(n * sizeof(float));
+    if (!b->data) {
+        free(b);
+        return dsp_error(DSP_ERR_NOMEM, "cpu backend: no memory for a buffer of %zu floats", n);
+    }
+    memset(b->data, 0, n * sizeof(float));
+    b->n = n;
+    *out = b;
+    return DSP_OK;
+}
+
+static void cpu_buf_destroy(dsp_backend *be, dsp_buf *b) {
+    (void)be;
+    if (!b) return;
+    free(b->data);
+    free(b);
+}
+
+static dsp_status cpu_weight_create(dsp_backend *be, const dsp_tensor *t, dsp_bweight **out) {
+    (void)be;
+    *out = NULL;
+    const dsp_dtype_traits *tr = dsp_dtype_get(t->type);
+    if (!tr || !tr->can_dequant)
+        return dsp_error(DSP_ERR_UNSUPPORTED, "tensor %.*s: type %s cannot run on the CPU backend", (int)t->name.len, t->name.ptr,
+                         dsp_dtype_name(t->type) ? dsp_dtype_name(t->type) : "?");
+    dsp_bweight *w = calloc(1, sizeof *w);
+    if (!w) return dsp_error(DSP_ERR_NOMEM, "no memory");
+    w->t = t;
+    w->data = t->data;
+    w->type = t->type;
+    w->row_bytes = dsp_dtype_row_bytes(t->type, t->ne[0]);
+    bool vector = t->n_elems == t->ne[0];
+    if (vector && t->type != DSP_F32) {
+        w->own = alloc64(t->ne[0] * sizeof(float));
+        if (!w->own) {
+            free(w);
+            return dsp_error(DSP_ERR_NOMEM, "no memory");
+        }
+        dsp_status st = dsp_dequantize_row(t->type, t->data, w->own, t->ne[0]);
+        if (st) {
+            free(w->own), free(w);
+            return st;
+        }
+        w->data = w->own;
+        w->type = DSP_F32;
+        w->row_bytes = t->ne[0] * sizeof(float);
+    }
+    *out = w;
+    return DSP_OK;
+}
+
+static void cpu_weight_destroy(dsp_backend *be, dsp_bweight *w) {
+    (void)be;
+    if (!w) return;
+    free(w->own);
+    free(w);
+}
+
+static dsp_status cpu_kv_create(dsp_backend *be, int n_layers, int kv_dim, int block_tokens, uint32_t n_blocks, dsp_kv_store **out) {
+    (void)be;
+    *out = NULL;
+    if (n_layers <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_blocks == 0)
+        return dsp_error(DSP_ERR_INVALID_ARG, "kv store: bad shape (layers %d, kv_dim %d, block %d, blocks %u)", n_layers, kv_dim,
+                         block_tokens, n_blocks);
+    uint64_t elems;
+    if (__builtin_mul_overflow((uint64_t)n_layers * (uint64_t)n_blocks, (uint64_t)block_tokens * (uint64_t)kv_dim, &elems) ||
+        elems > SIZE_MAX / sizeof(float) / 4)
+        return dsp_error(DSP_ERR_NOMEM, "kv store: %d layers x %u blocks x %d tokens x %d is too large", n_layers, n_blocks, block_tokens,
+                         kv_dim);
+    dsp_kv_store *kv = calloc(1, sizeof *kv);
+    if (!kv) return dsp_error(DSP_ERR_NOMEM, "no memory");
+    kv->n_layers = n_layers, kv->kv_dim = kv_dim, kv->block_tokens = block_tokens, kv->n_blocks = n_blocks;
+    kv->k = calloc(elems, sizeof(float));
+    kv->v = calloc(elems, sizeof(float));
+    if (!kv->k || !kv->v) {
+        free(kv->k), free(kv->v), free(kv);
+        return dsp_error(DSP_ERR_NOMEM, "kv store: cannot allocate %" PRIu64 " MiB", (uint64_t)(2 * elems * sizeof(float)) >> 20);
+    }
+    *out = kv;
+    return DSP_OK;
+}
+
+static void cpu_kv_destroy(dsp_backend *be, dsp_kv_store *kv) {
+    (void)be;
+    if (!kv) return;
+    free(kv->k), free(kv->v), free(kv);
+}
+
+static inline size_t kv_off(const dsp_kv_store *kv, int layer, uint32_t block, uint32_t t) {
+    return (((size_t)layer * kv->n_blocks + block) * (size_t)kv->block_tokens + t) * (size_t)kv->kv_dim;
+}
+
+static inline size_t kv_pos_off(const dsp_kv_store *kv, const dsp_kv_seq *s, int layer, uint32_t pos) {
+    uint32_t bt = (uint32_t)kv->block_tokens;
+    return kv_off(kv, layer, s->blocks[pos / bt], pos % bt);
+}
+
+static dsp_status cpu_kv_copy_block(dsp_backend *be, dsp_kv_store *kv, uint32_t dst, uint32_t src) {
+    (void)be;
+    size_t blk = (size_t)kv->block_tokens * (size_t)kv->kv_dim * sizeof(float);
+    for (int l = 0; l < kv->n_layers; l++) {
+        memcpy(kv->k + kv_off(kv, l, dst, 0), kv->k + kv_off(kv, l, src, 0), blk);
+        memcpy(kv->v + kv_off(kv, l, dst, 0), kv->v + kv_off(kv, l, src, 0), blk);
+    }
+    return DSP_OK;
+}
+
+/* ---- transfers -------------------------------------------------------------------------------- */
+
+static void cpu_buf_write(dsp_backend *be, dsp_buf *b, size_t off, const float *src, size_t n) {
+    (void)be;
+    DSP_ASSERT(off <= b->n && n <= b->n - off);
+    memcpy(b->data + off, src, n * sizeof(float));
+}
+
+static dsp_status cpu_buf_read(dsp_backend *be, const dsp_buf *b, size_t off, float *dst, size_t n) {
+    (void)be;
+    DSP_ASSERT(off <= b->n && n <= b->n - off);
+    memcpy(dst, b->data + off, n * sizeof(float));
+    return DSP_OK;
+}
+
+/* ---- a forward -------------------------------------------------------------------------------- */
+
+static dsp_status cpu_begin(dsp_backend *be, const dsp_be_batch *b) {
+    cpu_backend *c = cpu(be);
+    DSP_ASSERT(b->n_tokens >= 1 && b->n_tokens <= c->lim.max_tokens);
+    c->b = b;
+    c->cs_freq = NULL;
+    return DSP_OK;
+}
+
+static dsp_status cpu_end(dsp_backend *be) {
+    cpu(be)->b = NULL;
+    return DSP_OK;
+}
+
+static void cpu_embed(dsp_backend *be, dsp_buf *x, const dsp_bweight *table, int dim) {
+    cpu_backend *c = cpu(be);
+    const dsp_be_batch *b = c->b;
+    DSP_ASSERT((size_t)b->n_tokens * (size_t)dim <= x->n);
+    for (int i = 0; i < b->n_tokens; i++)
+        c->ops->dequant_row(table->type, (const uint8_t *)table->data + (size_t)b->tokens[i] * table->row_bytes, x->data + (size_t)i * dim,
+                            (int64_t)dim);
+}
+
+static void cpu_rmsnorm(dsp_backend *be, dsp_buf *out, const dsp_buf *x, const dsp_bweight *w, int n_rows, int dim, float eps,
+                        const int32_t *rows) {
+    cpu_backend *c = cpu(be);
+    const float *wd = w ? w->data : NULL;
+    for (int r = 0; r < n_rows; r++) {
+        size_t src = (size_t)(rows ? rows[r] : r) * (size_t)dim;
+        c->ops->rmsnorm(out->data + (size_t)r * dim, x->data + src, wd, dim, eps);
+    }
+}
+
+/* A job of up to 3 matmuls over the same activations (q/k/v, gate/up): one pool run, tasks are
+ * DSP_CPU_MM_ROWS-row chunks of each weight in turn. */
+typedef struct mm_job {
+    cpu_backend *c;
+    int n_mats;
+    const dsp_bweight *w[3];
+    float *y[3];
+    int first_task[4]; /* task index where matrix m starts; first_task[n_mats] = n_tasks */
+    const float *x;
+    int n_rows;
+} mm_job;
+
+static void mm_task(void *ctx, int task, int thread) {
+    mm_job *j = ctx;
+    int m = 0;
+    while (task >= j->first_task[m + 1]) m++;
+    const dsp_bweight *w = j->w[m];
+    int64_t in = (int64_t)w->t->ne[0], out = (int64_t)w->t->ne[1];
+    int64_t r0 = (int64_t)(task - j->first_task[m]) * DSP_CPU_MM_ROWS, r1 = r0 + DSP_CPU_MM_ROWS < out ? r0 + DSP_CPU_MM_ROWS : out;
+    j->c->ops->matmul(w->type, w->data, w->row_bytes, in, r0, r1, j->x, in, j->n_rows, j->y[m], out,
+                      j->c->wrow + (size_t)thread * j->c->wrow_per_thread);
+}
+
+static void cpu_matmul(dsp_backend *be, int n, const dsp_bweight *const *w, dsp_buf *const *y, const dsp_buf *x, int n_rows) {
+    cpu_backend *c = cpu(be);
+    DSP_ASSERT(n >= 1 && n <= 3 && n_rows >= 1);
+    mm_job j = {.c = c, .n_mats = n, .x = x->data, .n_rows = n_rows};
+    j.first_task[0] = 0;
+    for (int m = 0; m < n; m++) {
+        DSP_ASSERT(w[m]->t->ne[0] == w[0]->t->ne[0] && (int64_t)w[m]->t->ne[0] <= c->lim.max_width);
+        DSP_ASSERT((size_t)n_rows * w[m]->t->ne[1] <= y[m]->n && (size_t)n_rows * w[m]->t->ne[0] <= x->n);
+        j.w[m] = w[m];
+        j.y[m] = y[m]->data;
+        j.first_task[m + 1] = j.first_task[m] + (int)((w[m]->t->ne[1] + DSP_CPU_MM_ROWS - 1) / DSP_CPU_MM_ROWS);
+    }
+    dsp_pool_run(c->pool, j.first_task[n], mm_task, &j);
+}
+
+static void cpu_add_bias(dsp_backend *be, dsp_buf *y, const dsp_bweight *bias, int n_rows, int dim) {
+    (void)be;
+    const float *b = bias->data;
+    for (int i = 0; i < n_rows; i++)
+        for (int r = 0; r < dim; r++) y->data[(size_t)i * dim + r] += b[r];
+}
+
+/* (cos, sin) per row of the current batch, built once per forward and rope */
+static const float *rope_table(cpu_backend *c, const dsp_rope *rope) {
+    if (c->cs_freq == rope->inv_freq && c->cs_scale == rope->pos_scale && c->cs_factor == rope->attn_factor) return c->rope_cs;
+    const dsp_be_batch *b = c->b;
+    const float *inv = rope->inv_freq->data;
+    int half = rope->rot_dim / 2;
+    DSP_ASSERT(rope->rot_dim <= c->lim.max_rot_dim);
+    for (int i = 0; i < b->n_tokens; i++) {
+        float p = (float)b->pos[i] / rope->pos_scale, *cs = c->rope_cs + (size_t)i * rope->rot_dim;
+        for (int k = 0; k < half; k++) {
+            float a = p * inv[k];
+            cs[2 * k] = cosf(a);
+            cs[2 * k + 1] = sinf(a);
+            if (rope->attn_factor != 1.0f) cs[2 * k] *= rope->attn_factor, cs[2 * k + 1] *= rope->attn_factor;
+        }
+    }
+    c->cs_freq = rope->inv_freq, c->cs_scale = rope->pos_scale, c->cs_factor = rope->attn_factor;
+    return c->rope_cs;
+}
+
+static void cpu_norm_rope(dsp_backend *be, dsp_buf *x, const dsp_bweight *norm, float eps, int n_heads, int head_dim, const dsp_rope *rope) {
+    cpu_backend *c = cpu(be);
+    const float *cs_all = rope_table(c, rope);
+    const float *nw = norm ? norm->data : NULL;
+    size_t width = (size_t)n_heads * head_dim;
+    for (int i = 0; i < c->b->n_tokens; i++) {
+        const float *cs = cs_all + (size_t)i * rope->rot_dim;
+        for (int h = 0; h < n_heads; h++) {
+            float *xh = x->data + (size_t)i * width + (size_t)h * head_dim;
+            if (nw) c->ops->rmsnorm(xh, xh, nw, head_dim, eps);
+            c->ops->rope(xh, cs, rope->rot_dim, rope->neox);
+        }
+    }
+}
+
+static void cpu_kv_write(dsp_backend *be, dsp_kv_store *kv, int layer, const dsp_buf *k, const dsp_buf *v) {
+    const dsp_be_batch *b = cpu(be)->b;
+    size_t row = (size_t)kv->kv_dim * sizeof(float);
+    for (int i = 0; i < b->n_tokens; i++) {
+        const dsp_kv_seq *s = b->seqs[b->seq[i]];
+        size_t o = kv_pos_off(kv, s, layer, (uint32_t)b->pos[i]);
+        memcpy(kv->k + o, k->data + (size_t)i * kv->kv_dim, row);
+        memcpy(kv->v + o, v->data + (size_t)i * kv->kv_dim, row);
+    }
+}
+
+typedef struct att_job {
+    cpu_backend *c;
+    float *out;
+    const float *q;
+    const dsp_kv_store *kv;
+    int layer, n_head, n_head_kv, head_dim;
+    float scale;
+} att_job;
+
+/* One task = one row x one KV head: the group of query heads that share it (GQA) is served by a
+ * single pass over the keys and values. Per head the order is fixed: scores in key order, softmax,
+ * then o = sum_t p_t * v_t accumulated in key order. */
+static void att_task(void *ctx, int task, int thread) {
+    att_job *j = ctx;
+    cpu_backend *c = j->c;
+    const dsp_cpu_ops *ops = c->ops;
+    const dsp_be_batch *b = c->b;
+    const dsp_kv_store *kv = j->kv;
+    const int grp = j->n_head / j->n_head_kv, hd = j->head_dim, q_dim = j->n_head * hd;
+    const int i = task / j->n_head_kv, kvh = task % j->n_head_kv;
+    const dsp_kv_seq *s = b->seqs[b->seq[i]];
+    const uint32_t n_keys = (uint32_t)b->n_keys[i], stride = c->lim.max_keys;
+    const float *q = j->q + (size_t)i * q_dim + (size_t)kvh * grp * hd;
+    float *sc = c->scores + (size_t)thread * c->scores_per_thread;
+    for (uint32_t t = 0; t < n_keys; t++) {
+        const float *kr = kv->k + kv_pos_off(kv, s, j->layer, t) + (size_t)kvh * hd;
+        for (int g = 0; g < grp; g++) sc[(size_t)g * stride + t] = ops->dot(q + (size_t)g * hd, kr, hd) * j->scale;
+    }
+    for (int g = 0; g < grp; g++) ops->softmax(sc + (size_t)g * stride, n_keys);
+    float *o = j->out + (size_t)i * q_dim + (size_t)kvh * grp * hd;
+    memset(o, 0, (size_t)grp * hd * sizeof(float));
+    for (uint32_t t = 0; t < n_keys; t++) {
+        const float *vr = kv->v + kv_pos_off(kv, s, j->layer, t) + (size_t)kvh * hd;
+        for (int g = 0; g < grp; g++) ops->axpy(o + (size_t)g * hd, sc[(size_t)g * stride + t], vr, hd);
+    }
+}
+
+static void cpu_attention(dsp_backend *be, dsp_buf *out, const dsp_buf *q, const dsp_kv_store *kv, int layer, int n_head, int n_head_kv,
+                          int head_dim, float scale) {
+    cpu_backend *c = cpu(be);
+    DSP_ASSERT(n_head / n_head_kv <= c->lim.max_group && n_head_kv * head_dim == kv->kv_dim);
+    for (int i = 0; i < c->b->n_tokens; i++) DSP_ASSERT(c->b->n_keys[i] >= 1 && (uint32_t)c->b->n_keys[i] <= c->lim.max_keys);
+    att_job j = {c, out->data, q->data, kv, layer, n_head, n_head_kv, head_dim, scale};
+    dsp_pool_run(c->pool, c->b->n_tokens * n_head_kv, att_task, &j);
+}
+
+static void cpu_add(dsp_backend *be, dsp_buf *x, const dsp_buf *y, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) x->data[i] += y->data[i];
+}
+
+static void cpu_swiglu(dsp_backend *be, dsp_buf *gate, const dsp_buf *up, size_t n) {
+    cpu(be)->ops->swiglu(gate->data, up->data, (int64_t)n);
+}
+
+static void cpu_copy_rows(dsp_backend *be, dsp_buf *dst, size_t dst_ld, size_t dst_col, const dsp_buf *src, size_t src_ld, size_t src_col,
+                          int n_rows, size_t width) {
+    (void)be;
+    for (int r = 0; r < n_rows; r++)
+        memcpy(dst->data + (size_t)r * dst_ld + dst_col, src->data + (size_t)r * src_ld + src_col, width * sizeof(float));
+}
+
+static void cpu_destroy(dsp_backend *be) {
+    cpu_backend *c = cpu(be);
+    dsp_pool_destroy(c->pool);
+    free(c->wrow), free(c->scores), free(c->rope_cs);
+    free(c);
+}
+
+static const dsp_backend_ops g_cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .reserve = cpu_reserve,
+    .buf_create = cpu_buf_create,
+    .buf_destroy = cpu_buf_destroy,
+    .weight_create = cpu_weight_create,
+    .weight_destroy = cpu_weight_destroy,
+    .kv_create = cpu_kv_create,
+    .kv_destroy = cpu_kv_destroy,
+    .kv_copy_block = cpu_kv_copy_block,
+    .buf_write = cpu_buf_write,
+    .buf_read = cpu_buf_read,
+    .begin = cpu_begin,
+    .end = cpu_end,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul,
+    .add_bias = cpu_add_bias,
+    .norm_rope = cpu_norm_rope,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+    .add = cpu_add,
+    .swiglu = cpu_swiglu,
+    .copy_rows = cpu_copy_rows,
+};
+
+dsp_status dsp_backend_cpu_create(const dsp_backend_params *p, dsp_backend **out) {
+    *out = NULL;
+    cpu_backend *c = calloc(1, sizeof *c);
+    if (!c) return dsp_error(DSP_ERR_NOMEM, "no memory");
+    c->base.ops = &g_cpu_ops;
+    c->base.kind = DSP_BACKEND_CPU;
+    c->ops = dsp_cpu_ops_best();
+    int nt = p && p->n_threads > 0 ? p->n_threads : dsp_physical_cores();
+    dsp_status st = dsp_pool_create(nt, &c->pool);
+    if (st) {
+        free(c);
+        return st;
+    }
+    c->n_threads = dsp_pool_size(c->pool);
+    snprintf(c->base.desc, sizeof c->base.desc, "cpu %s, %d thread%s", c->ops->name, c->n_threads, c->n_threads == 1 ? "" : "s");
+    *out = &c->base;
+    return DSP_OK;
+}

@@ -1,0 +1,217 @@
+/* cli/common: what the generate and chat commands (and serve, benchmark) share: the sampling,
+ * speculation and engine options, the --json speculation statistics, and chat rendering. */
+#include "cli/cli.h"
+
+#include "dspark.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double dsp_cli_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static char *read_all(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf) buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Render messages (a JSON array) with add_generation_prompt; template_file overrides the model's. */
+int dsp_cli_render_messages(const dsp_model *m, const char *template_file, json_t *messages, char **out, size_t *out_len) {
+    char *tsrc = NULL;
+    if (template_file && !(tsrc = read_all(template_file))) return dsp_cli_fail("chat", "%s: %s", template_file, strerror(errno));
+    json_t *ctx = json_pack("{s:O, s:b}", "messages", messages, "add_generation_prompt", 1);
+    char *js = ctx ? json_dumps(ctx, JSON_COMPACT) : NULL;
+    json_decref(ctx);
+    int rc = 0;
+    if (!js || dsp_chat_render(m, tsrc, js, strlen(js), out, out_len)) {
+        rc = dsp_cli_fail("chat", "%s%s", dsp_last_error(),
+                          template_file || dsp_model_has_chat_template(m) ? "" : " (use --chat-template FILE)");
+    }
+    free(js);
+    free(tsrc);
+    return rc;
+}
+
+void dsp_cli_add_message(json_t *messages, const char *role, const char *content, size_t len) {
+    json_array_append_new(messages, json_pack("{s:s, s:s%}", "role", role, "content", content, len));
+}
+
+int dsp_cli_render_chat(const dsp_model *m, const char *template_file, const char *system, const char *user, size_t user_len, char **out,
+                        size_t *out_len) {
+    json_t *msgs = json_array();
+    if (system) dsp_cli_add_message(msgs, "system", system, strlen(system));
+    dsp_cli_add_message(msgs, "user", user, user_len);
+    int rc = dsp_cli_render_messages(m, template_file, msgs, out, out_len);
+    json_decref(msgs);
+    return rc;
+}
+
+/* Parse a number option; returns false (after printing) if malformed. */
+static bool num(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "dspark: %s: '%s' is not a number in [%g, %g]\n", opt, s, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+void dsp_cli_spec_defaults(dsp_gen_params *gp) {
+    gp->mode = DSP_SPEC_AUTO;
+    gp->max_draft = DSP_CLI_DEFAULT_MAX_DRAFT;
+}
+
+/* Speculation statistics for --json (generate) and the benchmark. */
+void dsp_cli_print_spec_json(FILE *f, const dsp_gen_params *gp, const dsp_gen_result *r) {
+    double tps = r->decode_ms > 0 ? (double)r->n_generated / (r->decode_ms / 1e3) : 0;
+    size_t emitted = 0;
+    int hi = 0;
+    for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) {
+        emitted += (size_t)k * r->accept_hist[k];
+        if (r->accept_hist[k]) hi = k;
+    }
+    fprintf(f, "\"spec\": {\"mode\": \"%s\", \"max_draft\": %d, \"rounds\": %zu, \"draft_rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu, ",
+            dsp_spec_mode_to_string(gp->mode), gp->max_draft, r->n_rounds, r->n_draft_rounds, r->n_drafted, r->n_accepted);
+    fprintf(f, "\"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f, \"accept_hist\": [", r->n_rounds ? (double)emitted / (double)r->n_rounds : 0.0,
+            r->n_drafted ? (double)r->n_accepted / (double)r->n_drafted : 0.0);
+    for (int k = 1; k <= hi; k++) fprintf(f, "%s%zu", k > 1 ? ", " : "", r->accept_hist[k]);
+    fprintf(f, "], \"decode_tok_per_s\": %.2f}", tps);
+}
+
+int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int *n_stop, dsp_engine_params *cp, bool *handled) {
+    const char *a = argv[*i];
+    double v;
+    *handled = true;
+#define NEXT()                                                                 \
+    do {                                                                       \
+        if (*i + 1 >= argc) {                                                  \
+            fprintf(stderr, "dspark: option %s needs a value\n", a);           \
+            return 2;                                                          \
+        }                                                                      \
+        (*i)++;                                                                \
+    } while (0)
+#define NUM(lo, hi) \
+    NEXT();         \
+    if (!num(a, argv[*i], lo, hi, &v)) return 2;
+    if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) { NUM(1, 1e9) gp->max_tokens = (int32_t)v; }
+    else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) { NUM(0, 100) gp->temperature = (float)v; }
+    else if (!strcmp(a, "--top-p")) { NUM(0, 1) gp->top_p = (float)v; }
+    else if (!strcmp(a, "--top-k")) { NUM(0, 1e9) gp->top_k = (int32_t)v; }
+    else if (!strcmp(a, "--min-p")) { NUM(0, 1) gp->min_p = (float)v; }
+    else if (!strcmp(a, "--presence-penalty")) { NUM(-2, 2) gp->presence_penalty = (float)v; }
+    else if (!strcmp(a, "--frequency-penalty")) { NUM(-2, 2) gp->frequency_penalty = (float)v; }
+    else if (!strcmp(a, "--repeat-penalty")) { NUM(0, 100) gp->repetition_penalty = (float)v; }
+    else if (!strcmp(a, "--repeat-last-n")) { NUM(-1, 1e9) gp->repetition_last_n = (int32_t)v; }
+    else if (!strcmp(a, "--seed")) { NUM(0, 1.8e19) gp->seed = (uint64_t)v; }
+    else if (!strcmp(a, "--logprobs")) { NUM(0, DSP_MAX_LOGPROBS) gp->logprobs = (int32_t)v; }
+    else if (!strcmp(a, "--ignore-eos")) gp->ignore_eos = true;
+    else if (!strcmp(a, "--mode")) {
+        NEXT();
+        if (!strcmp(argv[*i], "baseline")) gp->mode = DSP_SPEC_BASELINE;
+        else if (!strcmp(argv[*i], "lookup")) gp->mode = DSP_SPEC_LOOKUP;
+        else if (!strcmp(argv[*i], "auto")) gp->mode = DSP_SPEC_AUTO;
+        else {
+            fprintf(stderr, "dspark: --mode: '%s' is not one of baseline, lookup, auto\n", argv[*i]);
+            return 2;
+        }
+    } else if (!strcmp(a, "--max-draft")) { NUM(1, DSP_MAX_DRAFT) gp->max_draft = (int32_t)v; }
+    else if (!strcmp(a, "--lookup-min")) { NUM(1, 16) gp->lookup_min_n = (int32_t)v; }
+    else if (!strcmp(a, "--lookup-max")) { NUM(1, 16) gp->lookup_max_n = (int32_t)v; }
+    else if (!strcmp(a, "--stop")) {
+        NEXT();
+        if (*n_stop >= DSP_MAX_STOP) {
+            fprintf(stderr, "dspark: at most %d --stop strings\n", DSP_MAX_STOP);
+            return 2;
+        }
+        gp->stop[(*n_stop)++] = argv[*i];
+    }
+    else *handled = false;
+    if (!*handled) return dsp_cli_parse_engine_opt(argc, argv, i, cp, handled);
+#undef NUM
+#undef NEXT
+    return 0;
+}
+
+
+/* "8G", "512M", "1500000000": bytes */
+static bool parse_bytes(const char *opt, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (errno || end == s || *end || !(v > 0) || v * mul > 1e15) {
+        fprintf(stderr, "dspark: %s: '%s' is not a size (e.g. 512M, 8G)\n", opt, s);
+        return false;
+    }
+    *out = (uint64_t)(v * mul);
+    return true;
+}
+
+int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *cp, bool *handled) {
+    const char *a = argv[*i];
+    double v;
+    *handled = true;
+    if (*i + 1 >= argc && (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "--batch") ||
+                           !strcmp(a, "--batch-tokens") || !strcmp(a, "--max-batch") || !strcmp(a, "--kv-memory") || !strcmp(a, "--device") ||
+                           !strcmp(a, "--backend") || !strcmp(a, "--gpu"))) {
+        fprintf(stderr, "dspark: option %s needs a value\n", a);
+        return 2;
+    }
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+        if (!num(a, argv[++*i], 16, 1 << 24, &v)) return 2;
+        cp->n_ctx = (uint32_t)v;
+    } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+        if (!num(a, argv[++*i], 1, 1024, &v)) return 2;
+        cp->n_threads = (int)v;
+    } else if (!strcmp(a, "--batch") || !strcmp(a, "--batch-tokens")) {
+        if (!num(a, argv[++*i], 1, 65536, &v)) return 2;
+        cp->batch_tokens = (int)v;
+    } else if (!strcmp(a, "--max-batch")) {
+        if (!num(a, argv[++*i], 1, 1024, &v)) return 2;
+        cp->max_batch = (int)v;
+    } else if (!strcmp(a, "--kv-memory")) {
+        if (!parse_bytes(a, argv[++*i], &cp->kv_memory)) return 2;
+    } else if (!strcmp(a, "--no-prefix-cache")) {
+        cp->no_prefix_cache = true;
+    } else if (!strcmp(a, "--device") || !strcmp(a, "--backend")) {
+        const char *d = argv[++*i];
+        if (!strcmp(d, "auto")) cp->device = DSP_DEVICE_AUTO;
+        else if (!strcmp(d, "cpu")) cp->device = DSP_DEVICE_CPU;
+        else if (!strcmp(d, "cuda") || !strcmp(d, "gpu")) cp->device = DSP_DEVICE_CUDA;
+        else {
+            fprintf(stderr, "dspark: %s: '%s' is not one of auto, cpu, cuda\n", a, d);
+            return 2;
+        }
+    } else if (!strcmp(a, "--gpu")) {
+        if (!num(a, argv[++*i], 0, 64, &v)) return 2;
+        cp->gpu = (int)v;
+    } else {
+        *handled = false;
+    }
+    return 0;
+}
