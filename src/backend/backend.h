@@ -48,6 +48,8 @@ typedef struct dsp_backend_params {
     int n_threads;          /* CPU worker threads including the caller; 0 = physical cores */
     int gpu;                /* CUDA device index */
     bool progress;          /* weight upload progress on stderr */
+    bool f32_activations;   /* CPU: f32 activations for every matmul (dsp_precision F32); default: 8-bit
+                             * activations for the quantized types ops.h lists */
 } dsp_backend_params;
 
 /* One forward's rows (host memory, valid from begin to end). */

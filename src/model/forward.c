@@ -155,7 +155,7 @@ dsp_status dsp_fwd_create(const dsp_model *m, const dsp_fwd_params *pp, dsp_fwd 
     if (p.backend) {
         f->be = p.backend;
     } else {
-        dsp_backend_params bp = {DSP_BACKEND_CPU, p.n_threads, 0, false};
+        dsp_backend_params bp = {DSP_BACKEND_CPU, p.n_threads, 0, false, p.f32_activations};
         st = dsp_backend_create(&bp, &f->be);
         f->own_be = true;
     }
