@@ -45,6 +45,10 @@ static void usage(FILE *f) {
             "      --mode M         speculation for the decode figure: baseline|lookup|auto (default baseline)\n"
             "      --max-draft N    drafted tokens per round at most (default: the library's)\n"
             "      --bw-mb N        buffer of the bandwidth test in MiB (default 1024; 0 = skip)\n"
+            "      --precision P    CPU matmuls: q8 (default, 8-bit activations) or f32\n"
+            "      --no-verify      skip the verify curve\n"
+            "      --no-prefill     skip the prefill figure\n"
+            "      --decode-tokens N  tokens of the decode figure (default 128)\n"
             "      --json           print one JSON object\n"
             "  -h, --help           this help\n");
 }
@@ -202,8 +206,10 @@ static const char g_decode_prompt[] =
 
 int dsp_cmd_benchmark(int argc, char **argv) {
     const char *model = NULL;
-    bool json = false;
+    bool json = false, no_verify = false, no_prefill = false;
+    int decode_tokens = DECODE_TOKENS;
     int threads = 0, repeat = 5, max_draft = 0, bw_mb = 1024;
+    dsp_precision precision = DSP_PRECISION_Q8;
     dsp_spec_mode mode = DSP_SPEC_BASELINE;
     if (dsp_cli_wants_help(argc, argv)) {
         usage(stdout);
@@ -218,7 +224,18 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         else if (!strcmp(a, "--max-draft") && has_val) max_draft = atoi(argv[++i]);
         else if (!strcmp(a, "--bw-mb") && has_val) bw_mb = atoi(argv[++i]);
         else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--mode") && has_val) {
+        else if (!strcmp(a, "--no-verify")) no_verify = true;
+        else if (!strcmp(a, "--no-prefill")) no_prefill = true;
+        else if (!strcmp(a, "--decode-tokens") && has_val) decode_tokens = atoi(argv[++i]);
+        else if (!strcmp(a, "--precision") && has_val) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "q8")) precision = DSP_PRECISION_Q8;
+            else if (!strcmp(v, "f32")) precision = DSP_PRECISION_F32;
+            else {
+                fprintf(stderr, "dspark benchmark: --precision: '%s' is not q8 or f32\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--mode") && has_val) {
             const char *v = argv[++i];
             if (!strcmp(v, "baseline")) mode = DSP_SPEC_BASELINE;
             else if (!strcmp(v, "lookup")) mode = DSP_SPEC_LOOKUP;
@@ -237,8 +254,10 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (threads < 0 || threads > 1024 || repeat < 1 || repeat > 64 || max_draft < 0 || max_draft > DSP_MAX_DRAFT || bw_mb < 0 || bw_mb > 65536) {
-        fprintf(stderr, "dspark benchmark: --threads 0..1024, --repeat 1..64, --max-draft 1..%d, --bw-mb 0..65536\n", DSP_MAX_DRAFT);
+    if (threads < 0 || threads > 1024 || repeat < 1 || repeat > 64 || max_draft < 0 || max_draft > DSP_MAX_DRAFT || bw_mb < 0 || bw_mb > 65536 ||
+        decode_tokens < 1 || decode_tokens > 4096) {
+        fprintf(stderr, "dspark benchmark: --threads 0..1024, --repeat 1..64, --max-draft 1..%d, --bw-mb 0..65536, --decode-tokens 1..4096\n",
+                DSP_MAX_DRAFT);
         return 2;
     }
     if (threads == 0) threads = dsp_physical_cores();
@@ -265,6 +284,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     /* decode, through the public API */
     dsp_engine_params cp = dsp_engine_default_params();
     cp.n_threads = threads;
+    cp.precision = precision;
     cp.max_batch = 1;
     if (dsp_engine_create(m, &cp, &c)) {
         dsp_cli_fail("benchmark", "%s", dsp_last_error());
@@ -279,7 +299,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         goto out;
     }
     dsp_gen_params gp = dsp_gen_default_params();
-    gp.max_tokens = DECODE_TOKENS;
+    gp.max_tokens = decode_tokens;
     gp.ignore_eos = true;
     gp.mode = mode;
     if (max_draft > 0) gp.max_draft = max_draft;
@@ -305,6 +325,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     if (!b) goto out;
     dsp_fwd_params fp = dsp_fwd_default_params();
     fp.n_threads = threads;
+    fp.f32_activations = precision == DSP_PRECISION_F32;
     fp.max_batch_tokens = PREFILL_TOKENS;
     fp.n_ctx = (uint32_t)(m->hp.n_ctx_train < 1024 ? m->hp.n_ctx_train : 1024);
     if (fp.n_ctx < PREFILL_TOKENS + 1) {
@@ -325,16 +346,18 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     }
     dsp_kv_seq s;
     if (dsp_fwd_seq_init(b->f, &s)) goto out;
-    double pre[64], pre_cpu[64], ver[VERIFY_MAX_K + 1][64], ver_cpu[VERIFY_MAX_K + 1][64], cms;
-    forward_ms(b, &s, 0, PREFILL_TOKENS, 1, NULL); /* warm-up */
-    for (int r = 0; r < repeat; r++) {
+    double pre[64] = {0}, pre_cpu[64] = {0}, ver[VERIFY_MAX_K + 1][64] = {{0}}, ver_cpu[VERIFY_MAX_K + 1][64] = {{0}}, cms;
+    if (!no_prefill) forward_ms(b, &s, 0, PREFILL_TOKENS, 1, NULL); /* warm-up */
+    for (int r = 0; r < repeat && !no_prefill; r++) {
         pre[r] = PREFILL_TOKENS / (forward_ms(b, &s, 0, PREFILL_TOKENS, 1, &cms) / 1e3);
         pre_cpu[r] = PREFILL_TOKENS / (cms / 1e3);
     }
-    forward_ms(b, &s, 0, VERIFY_PREFIX, 1, NULL);
-    for (int k = 0; k <= VERIFY_MAX_K; k++) forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, NULL); /* warm-up */
-    for (int r = 0; r < repeat; r++) /* interleave k within a repeat: drifts in machine load hit all k alike */
-        for (int k = 0; k <= VERIFY_MAX_K; k++) ver[k][r] = forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, &ver_cpu[k][r]);
+    if (!no_verify) {
+        forward_ms(b, &s, 0, VERIFY_PREFIX, 1, NULL);
+        for (int k = 0; k <= VERIFY_MAX_K; k++) forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, NULL); /* warm-up */
+        for (int r = 0; r < repeat; r++) /* interleave k within a repeat: drifts in machine load hit all k alike */
+            for (int k = 0; k <= VERIFY_MAX_K; k++) ver[k][r] = forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, &ver_cpu[k][r]);
+    }
     dsp_kv_seq_free(dsp_fwd_kv(b->f), &s);
 
     const double cpu_share = (cpu_seconds() - cpu0) / ((dsp_cli_now_ms() - wall0) / 1e3 * threads);
@@ -354,16 +377,18 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     if (json) {
         printf("{\"schema\": \"dspark.benchmark/1\", \"model\": \"");
         for (const char *p = model; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
-        printf("\", \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\", \"isa_supported\": \"%s\", \"threads\": %d, \"git_commit\": \"%s\", "
-               "\"mem_bw_gb_s\": %.2f, \"loadavg_1m\": %.2f, \"cpu_share\": %.2f}, \"repeat\": %d",
-               cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT, bw, load0, cpu_share, repeat);
+        printf("\", \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\", \"isa_supported\": \"%s\", \"precision\": \"%s\", \"threads\": %d, "
+               "\"git_commit\": \"%s\", \"mem_bw_gb_s\": %.2f, \"loadavg_1m\": %.2f, \"cpu_share\": %.2f}, \"repeat\": %d",
+               cpu, isa, dsp_cpu_isa_supported(), dsp_precision_to_string(precision), threads, DSP_GIT_COMMIT, bw, load0, cpu_share, repeat);
         printf(", \"prefill\": {\"n_tokens\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [", PREFILL_TOKENS, pre_med, pre_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", pre[r]);
         printf("]}, \"decode\": {\"n_tokens\": %d, \"mode\": \"%s\", \"max_draft\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [",
-               DECODE_TOKENS, dsp_spec_mode_to_string(mode), gp.max_draft, dec_med, dec_cpu_med);
+               decode_tokens, dsp_spec_mode_to_string(mode), gp.max_draft, dec_med, dec_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", dec[r]);
         printf("], \"rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu}", dr.res.n_rounds, dr.res.n_drafted, dr.res.n_accepted);
-        printf(", \"verify\": {\"prefix\": %d, \"ms\": [", VERIFY_PREFIX);
+        if (no_verify) printf(", \"verify\": null");
+        else {
+            printf(", \"verify\": {\"prefix\": %d, \"ms\": [", VERIFY_PREFIX);
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_med[k]);
         printf("], \"rel\": [");
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_med[k] / ver_med[0]);
@@ -371,20 +396,26 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_cpu_med[k]);
         printf("], \"cpu_rel\": [");
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_cpu_med[k] / ver_cpu_med[0]);
-        printf("]}, \"roofline\": {\"weight_bytes_per_token\": %llu, \"tok_s\": %.2f, \"decode_fraction\": %.3f}, \"peak_rss_mb\": %.1f}\n",
+        printf("]}");
+        }
+        printf(", \"roofline\": {\"weight_bytes_per_token\": %llu, \"tok_s\": %.2f, \"decode_fraction\": %.3f}, \"peak_rss_mb\": %.1f}\n",
                (unsigned long long)wbytes, roof, roof > 0 ? dec_med / roof : 0, peak_rss_mb);
     } else {
-        printf("machine   %s, kernels %s (supported: %s), %d threads, commit %s\n", cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT);
+        printf("machine   %s, kernels %s (supported: %s), %s activations, %d threads, commit %s\n", cpu, isa, dsp_cpu_isa_supported(),
+               dsp_precision_to_string(precision), threads, DSP_GIT_COMMIT);
         printf("load      load average %.2f before; this process got %.0f%% of %d CPUs while measuring\n", load0, 100 * cpu_share, threads);
         printf("memory    %.2f GB/s streaming read; weights %.1f MB per token -> roofline %.1f tok/s\n", bw, (double)wbytes / 1e6, roof);
         printf("prefill   %.1f tok/s (%d tokens, median of %d); %.1f tok per CPU second\n", pre_med, PREFILL_TOKENS, repeat, pre_cpu_med);
         printf("decode    %.1f tok/s (%d tokens, mode %s, median of %d) = %.0f%% of the roofline; %.1f tok per CPU second\n", dec_med,
-               DECODE_TOKENS, dsp_spec_mode_to_string(mode), repeat, roof > 0 ? 100 * dec_med / roof : 0, dec_cpu_med);
-        printf("verify    1+k tokens after %d, time relative to k = 0 (%.2f ms):\n         ", VERIFY_PREFIX, ver_med[0]);
-        for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_med[k] / ver_med[0]);
-        printf("\n          in CPU time (%.2f ms):\n         ", ver_cpu_med[0]);
-        for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_cpu_med[k] / ver_cpu_med[0]);
-        printf("\npeak RSS  %.1f MB\n", peak_rss_mb);
+               decode_tokens, dsp_spec_mode_to_string(mode), repeat, roof > 0 ? 100 * dec_med / roof : 0, dec_cpu_med);
+        if (!no_verify) {
+            printf("verify    1+k tokens after %d, time relative to k = 0 (%.2f ms):\n         ", VERIFY_PREFIX, ver_med[0]);
+            for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_med[k] / ver_med[0]);
+            printf("\n          in CPU time (%.2f ms):\n         ", ver_cpu_med[0]);
+            for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_cpu_med[k] / ver_cpu_med[0]);
+            printf("\n");
+        }
+        printf("peak RSS  %.1f MB\n", peak_rss_mb);
     }
     rc = 0;
 out:

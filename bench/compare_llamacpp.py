@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""dspark next to llama.cpp on the same GGUF files, the same threads, in the same run.
+
+    bench/build_llamacpp.sh                      # once: llama-bench from the llama-cpp-python sdist
+    python3 bench/compare_llamacpp.py -t 2 -r 5 models/SmolLM2-135M-Instruct.Q4_1.gguf build/models/qwen3-0.6b-q8_0.gguf
+    python3 bench/compare_llamacpp.py ... --json --out bench/results/compare-<machine>.json
+
+Per file, each round runs llama-bench (pp512 and tg128, one repetition after its warm-up) and
+`dspark benchmark` (prefill of 512 tokens and decode of 128, one repetition after its warm-up,
+--no-verify --bw-mb 0) back to back, alternating which goes first, so that a drift in the load
+of a shared machine hits both alike. Reported per file: each engine's median tok/s with its
+spread (min..max over the rounds), and the median of the per-round ratios dspark / llama.cpp
+(with their spread) for decode (tg128) and prefill (pp512). The CPU variant of each engine is
+recorded: llama.cpp's build variant (bench/.llamacpp/.../CPU_VARIANT) and the ggml CPU features
+llama-bench reports; dspark's kernel table and activation precision.
+
+llama-bench decodes without sampling; dspark's decode includes greedy sampling (a few us per
+token), so the comparison favours llama.cpp slightly. Nothing here is a dependency of dspark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def find_llama_bin(arg: str | None) -> str:
+    if arg:
+        return arg
+    cands = sorted(glob.glob(os.path.join(ROOT, "bench", ".llamacpp", "build-*", "bin", "llama-bench")), key=os.path.getmtime)
+    if not cands:
+        sys.exit("compare_llamacpp: no llama-bench under bench/.llamacpp (run bench/build_llamacpp.sh, or pass --llama-bin)")
+    return os.path.dirname(cands[-1])
+
+
+def run_llama(bindir: str, model: str, threads: int, timeout: int) -> dict:
+    cmd = [os.path.join(bindir, "llama-bench"), "-m", model, "-t", str(threads), "-p", "512", "-n", "128", "-r", "1", "-o", "json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"llama-bench failed ({r.returncode}): {r.stderr[-2000:]}")
+    out = {"pp512": None, "tg128": None, "info": {}}
+    for e in json.loads(r.stdout):
+        if e.get("n_prompt") == 512 and e.get("n_gen") == 0:
+            out["pp512"] = e["avg_ts"]
+        elif e.get("n_gen") == 128 and e.get("n_prompt") == 0:
+            out["tg128"] = e["avg_ts"]
+        out["info"] = {k: e.get(k) for k in ("build_commit", "build_number", "cpu_info", "backends", "model_type", "model_size",
+                                              "n_threads", "type_k", "flash_attn") if k in e}
+    if out["pp512"] is None or out["tg128"] is None:
+        raise RuntimeError("llama-bench: pp512 / tg128 missing from its JSON")
+    return out
+
+
+def run_dspark(exe: str, model: str, threads: int, precision: str, timeout: int, env: dict) -> dict:
+    cmd = [exe, "benchmark", "-m", model, "-t", str(threads), "-r", "1", "--json", "--bw-mb", "0", "--no-verify", "--precision", precision]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"dspark benchmark failed ({r.returncode}): {r.stderr[-2000:]}")
+    j = json.loads(r.stdout)
+    return {"pp512": j["prefill"]["tok_s"], "tg128": j["decode"]["tok_s"], "info": j["machine"]}
+
+
+def summary(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="+", help="GGUF files")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-r", "--rounds", type=int, default=5)
+    ap.add_argument("--llama-bin", help="directory with llama-bench (default: the newest under bench/.llamacpp)")
+    ap.add_argument("--dspark", default=os.path.join(ROOT, "build", "release", "dspark"))
+    ap.add_argument("--precision", default="q8", choices=["q8", "f32"], help="dspark's --precision")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per engine run")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--out", help="also write the JSON object to this file (e.g. bench/results/...)")
+    a = ap.parse_args()
+    if a.rounds < 1 or a.threads < 1:
+        sys.exit("compare_llamacpp: --rounds and --threads must be >= 1")
+    bindir = find_llama_bin(a.llama_bin)
+    variant_file = os.path.join(bindir, "CPU_VARIANT")
+    variant = open(variant_file, encoding="utf-8").read().strip() if os.path.exists(variant_file) else "unknown"
+    env = dict(os.environ)
+    result = {"schema": "dspark.compare_llamacpp/1", "cpu": cpu_name(), "nproc": os.cpu_count(), "threads": a.threads, "rounds": a.rounds,
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "llama_bin": bindir, "llama_cpu_variant": variant,
+              "dspark_precision": a.precision, "loadavg_before": os.getloadavg()[0], "files": []}
+    for model in a.models:
+        if not os.path.exists(model):
+            sys.exit(f"compare_llamacpp: {model}: no such file")
+        rounds = []
+        for r in range(a.rounds):
+            pair = {}
+            order = ("llama", "dspark") if r % 2 == 0 else ("dspark", "llama")
+            for eng in order:
+                if eng == "llama":
+                    pair[eng] = run_llama(bindir, model, a.threads, a.timeout)
+                else:
+                    pair[eng] = run_dspark(a.dspark, model, a.threads, a.precision, a.timeout, env)
+            rounds.append(pair)
+            if not a.json:
+                print(f"  {os.path.basename(model)} round {r + 1}: tg128 dspark {pair['dspark']['tg128']:.1f} llama.cpp {pair['llama']['tg128']:.1f}"
+                      f" | pp512 dspark {pair['dspark']['pp512']:.1f} llama.cpp {pair['llama']['pp512']:.1f}", file=sys.stderr)
+        f = {"model": model, "size_bytes": os.path.getsize(model), "llama_info": rounds[-1]["llama"]["info"],
+             "dspark_info": rounds[-1]["dspark"]["info"]}
+        for m in ("tg128", "pp512"):
+            d = [x["dspark"][m] for x in rounds]
+            l = [x["llama"][m] for x in rounds]
+            f[m] = {"dspark": summary(d), "llama": summary(l), "ratio": summary([x / y for x, y in zip(d, l)])}
+        result["files"].append(f)
+    result["loadavg_after"] = os.getloadavg()[0]
+    text = json.dumps(result, indent=1)
+    if a.out:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    if a.json:
+        print(text)
+        return 0
+    print(f"{result['cpu']}, {a.threads} threads, {a.rounds} alternating rounds; llama.cpp variant {variant}, dspark "
+          f"{result['files'][0]['dspark_info'].get('isa', '?')} {a.precision}; load {result['loadavg_before']:.1f} -> {result['loadavg_after']:.1f}")
+    print(f"{'file':34s} {'':7s} {'dspark tok/s':>22s} {'llama.cpp tok/s':>22s} {'ratio (median, range)':>24s}")
+    for f in result["files"]:
+        for m, name in (("tg128", "decode"), ("pp512", "prefill")):
+            d, l, q = f[m]["dspark"], f[m]["llama"], f[m]["ratio"]
+            print(f"{os.path.basename(f['model'])[:34]:34s} {name:7s} {d['median']:8.1f} ({d['min']:.1f}..{d['max']:.1f}) "
+                  f"{l['median']:8.1f} ({l['min']:.1f}..{l['max']:.1f}) {q['median']:7.2f}x ({q['min']:.2f}..{q['max']:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
