@@ -42,18 +42,25 @@ typedef struct dsp_tokenizer dsp_tokenizer;   /* owned by its model */
 typedef struct dsp_model_params {
     bool vocab_only;        /* load metadata + tokenizer only; no weight checks beyond the file layout */
     bool progress;          /* print load progress to stderr (the CLI sets it on a TTY) */
+    const char *quantize;   /* NULL, or "q8_0", "q4_0": F32/F16/BF16 matrices are quantized at load,
+                               bit-identical to the gguf package's quantizer */
+    int n_threads;          /* threads for load-time work (quantization); 0 = physical cores */
 } dsp_model_params;
 
 dsp_model_params dsp_model_default_params(void);
-/* path: a local GGUF file. */
+/* path: a GGUF file; a Hugging Face model directory (config.json + *.safetensors + tokenizer.json);
+ * or a Hugging Face repo id "org/name[@revision]" found in the local hub cache ($HF_HUB_CACHE,
+ * $HF_HOME/hub or ~/.cache/huggingface/hub; `dspark pull` fills it). */
 dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_model **out);
 void dsp_model_destroy(dsp_model *m);
 
 /* What `dspark info` shows. Strings point into the model and live as long as it. */
 typedef struct dsp_model_info {
-    const char *path;
-    uint32_t gguf_version;
-    uint64_t file_size;
+    const char *path;           /* the file or directory loaded (a repo id resolves to its snapshot) */
+    const char *format;         /* "gguf" or "safetensors" */
+    uint32_t gguf_version;      /* 0 for safetensors */
+    uint32_t n_files;           /* weight files (safetensors shards) */
+    uint64_t file_size;         /* bytes of all weight files */
     const char *arch;           /* general.architecture, e.g. "llama" */
     const char *name;           /* general.name or "" */
     uint64_t n_params;          /* sum of all tensor element counts */
@@ -64,6 +71,7 @@ typedef struct dsp_model_info {
     const char *tok_model;      /* tokenizer.ggml.model ("gpt2", "llama", ...) or "" */
     const char *tok_pre;        /* tokenizer.ggml.pre or "" */
     bool has_chat_template;
+    const char *chat_template_origin; /* "tokenizer.chat_template", "chat_template.jinja", ... or "" */
     /* bytes and tensor counts per tensor type id (index = GGML type id, < 40) */
     uint64_t type_bytes[40];
     uint32_t type_count[40];
@@ -89,7 +97,8 @@ const dsp_tokenizer *dsp_model_tokenizer(const dsp_model *m);
  * NUL-terminated; bytes that are not valid UTF-8 are read as U+FFFD (one per maximal invalid
  * subsequence, as Python's bytes.decode(errors="replace")). *n_out receives the number of ids the
  * text has even when it exceeds cap; then only the first cap are stored and DSP_ERR_RANGE is
- * returned (call with cap 0 to size the buffer). flags: DSP_TOKENIZE_*. */
+ * returned (call with cap 0 to size the buffer). Texts over 1 GiB are refused (DSP_ERR_RANGE).
+ * flags: DSP_TOKENIZE_*. */
 dsp_status dsp_tokenize(const dsp_tokenizer *t, const char *text, size_t len, int flags, int32_t *ids, size_t cap,
                         size_t *n_out);
 /* Ids -> UTF-8 text (invalid byte sequences become U+FFFD). Writes at most cap - 1 bytes and a
@@ -131,6 +140,23 @@ const char *dsp_model_chat_template(const dsp_model *m, size_t *len);
  * DSP_ERR_NOT_FOUND when the model has no template and none is given. */
 dsp_status dsp_chat_render(const dsp_model *m, const char *template_src, const char *context_json, size_t len, char **out,
                            size_t *out_len);
+
+/* Sampling defaults a model ships (generation_config.json of a Hugging Face directory; GGUF files
+ * carry none). Front ends use them for requests that omit a field (as vLLM does). */
+enum {
+    DSP_GEN_HAS_TEMPERATURE = 1 << 0,
+    DSP_GEN_HAS_TOP_P = 1 << 1,
+    DSP_GEN_HAS_TOP_K = 1 << 2,
+    DSP_GEN_HAS_MIN_P = 1 << 3,
+    DSP_GEN_HAS_REPETITION_PENALTY = 1 << 4,
+};
+typedef struct dsp_gen_defaults {
+    unsigned has;               /* DSP_GEN_HAS_* for the fields the model sets */
+    float temperature, top_p, min_p, repetition_penalty;
+    int32_t top_k;
+    const char *source;         /* the file they came from, or "" */
+} dsp_gen_defaults;
+void dsp_model_gen_defaults(const dsp_model *m, dsp_gen_defaults *out);
 
 /* ---- inference: the engine ---------------------------------------------------------------- *
  *
@@ -225,6 +251,9 @@ typedef struct dsp_gen_params {
 } dsp_gen_params;
 
 dsp_gen_params dsp_gen_default_params(void);
+/* Set the fields of p that the model's defaults cover and the caller did not give (`given` has a
+ * DSP_GEN_HAS_* bit for each field the request or command line set). */
+void dsp_gen_apply_defaults(const dsp_gen_defaults *d, unsigned given, dsp_gen_params *p);
 
 typedef enum dsp_finish {
     DSP_FINISH_NONE = 0,
@@ -309,6 +338,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
 /* What the engine is doing, for metrics and logs. Counters are totals since creation. */
 typedef struct dsp_engine_stats {
     uint32_t waiting, running;
+    uint32_t peak_running;  /* most requests that shared one round */
     uint32_t kv_blocks, kv_blocks_used, kv_blocks_cached, block_tokens;
     uint64_t requests, prompt_tokens, cached_tokens, generated_tokens;
     uint64_t rounds, spec_rounds, drafted, accepted, evicted_blocks;

@@ -372,6 +372,54 @@ def make_fixture(path: str, steps: int, k: int, threads: int, spec: dict | None,
     return fx
 
 
+def make_hf_fixture(name: str, d: str, files: dict, steps: int, k: int, threads: int, argv: list[str]) -> dict:
+    """Golden fixture of a tiny HF directory (tools/make_tiny_hf.py): transformers loads it with
+    from_pretrained (weights upcast to float32 exactly), after checking that its own save_pretrained
+    writes byte-identical safetensors files (so CI's numpy-made copies are what transformers made)."""
+    import tempfile
+
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import make_tiny_hf as mth
+
+    hs = mth.HF_SPECS[name]
+    m = AutoModelForCausalLM.from_pretrained(d)
+    with tempfile.TemporaryDirectory() as tmp:
+        m.save_pretrained(tmp, max_shard_size="400KB" if hs["shard_bytes"] else "5GB")
+        got = {f: mtm.sha256_file(os.path.join(tmp, f)) for f in os.listdir(tmp) if f.endswith(".safetensors")}
+    if got != files:
+        raise SystemExit(f"{name}: save_pretrained writes {got}, make_tiny_hf.py wrote {files}")
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    tok = AutoTokenizer.from_pretrained(d)
+    fx: dict = {
+        "format": FORMAT, "model_file": name, "model_files_sha256": files, "model_arch": mtm.SPECS[hs["base"]]["arch"],
+        "generator": "tools/gen_golden.py", "command": " ".join(["tools/gen_golden.py"] + argv),
+        "versions": {"transformers": transformers.__version__, "torch": torch.__version__, "numpy": np.__version__,
+                     "python": platform.python_version()},
+        "dtype": "float32 compute; weights stored as " + hs["dtype"], "device": "cpu", "attn_implementation": "eager",
+        "torch_threads": threads,
+        "weights": "save_pretrained-identical safetensors (" + hs["dtype"] + "), upcast to float32 by from_pretrained(dtype=float32)",
+        "decode": f"greedy, exactly {steps} steps, EOS does not stop", "steps": steps, "top_k": k,
+        "step_definition": "as dspark-golden-v1 (tests/fixtures/golden/README.md)",
+        "tie_break": "top-k ordered by logit descending, then token id ascending; tokens[s] == top_ids[s][0]",
+        "logit_encoding": "float32, shortest round-trip decimal", "margin": "top_logits[s][0] - top_logits[s][1] in float32",
+        "config_patches": [], "hf_spec": hs,
+    }
+    prompts_out = []
+    for pname, kind, content in PROMPTS[:4]:
+        text, ids = encode_prompt(tok, kind, content)
+        g = greedy(model, ids, steps, k)
+        prompts_out.append({"name": pname, "kind": kind, "text": text, "prompt_ids": ids, "n_prompt": len(ids), "tokens": g["tokens"],
+                            "generated_text": tok.decode(g["tokens"]), "min_margin": min(g["margins"]),
+                            "hf_cached_vs_uncached_max_abs": g["hf_cached_vs_uncached_max_abs"], "margins": g["margins"],
+                            "top_ids": g["top_ids"], "top_logits": g["top_logits"]})
+        print(f"  {pname:24s} n_prompt={len(ids):4d} min_margin={prompts_out[-1]['min_margin']:.4g}", file=sys.stderr)
+    fx["prompts"] = prompts_out
+    return fx
+
+
 def _pkg_version(name: str) -> str:
     from importlib.metadata import version
     return version(name)
@@ -390,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", action="append", help=f"GGUF file (repeatable; default {DEFAULT_MODEL})")
     ap.add_argument("--tiny", action="store_true", help="fixtures for the tiny random models instead")
     ap.add_argument("--tiny-dir", default="build/tiny-models")
+    ap.add_argument("--hf", action="store_true", help="fixtures for the tiny Hugging Face directories (tools/make_tiny_hf.py)")
+    ap.add_argument("--hf-dir", default="build/tiny-hf")
     ap.add_argument("--only", default="", help="tiny model names, comma-separated (default all)")
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--steps", type=int, default=64)
@@ -404,6 +454,17 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(a.out, exist_ok=True)
 
     jobs: list[tuple[str, str, dict | None]] = []
+    if a.hf:
+        import make_tiny_hf as mth
+        only = [s2 for s2 in a.only.split(",") if s2]
+        for name, (d, files) in mth.make_all(a.hf_dir, only).items():
+            print(f"{name} -> {d}", file=sys.stderr)
+            fx = make_hf_fixture(name, d, files, a.steps, a.top_k, a.threads, argv)
+            out = os.path.join(a.out, name + ".json")
+            with open(out, "w", encoding="utf-8") as f:
+                f.write(dumps_compact(fx) + "\n")
+            print(f"  wrote {out} ({os.path.getsize(out)} bytes)", file=sys.stderr)
+        return 0
     if a.tiny:
         only = [s for s in a.only.split(",") if s]
         made = mtm.make_all(a.tiny_dir, only)

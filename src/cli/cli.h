@@ -48,7 +48,14 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_pa
     "      --precision P       CPU matmuls: q8 (default: 8-bit activations, integer dot products) or f32\n"
 /* The CLI's speculation defaults (the library's are baseline): --mode auto, --max-draft below. */
 #define DSP_CLI_DEFAULT_MAX_DRAFT 8
+/* Also marks the sampling fields "not given" (negative) for dsp_cli_sampling_defaults. */
 void dsp_cli_spec_defaults(struct dsp_gen_params *gp);
+struct dsp_model;
+/* After loading: fields the command line did not give take the model's generation_config.json
+ * values, else the CLI's (greedy). */
+void dsp_cli_sampling_defaults(const struct dsp_model *m, struct dsp_gen_params *gp);
+/* --quantize (parsed by dsp_cli_parse_gen_opt), for dsp_model_params.quantize */
+extern const char *dsp_cli_quantize;
 struct dsp_gen_result;
 void dsp_cli_print_spec_json(FILE *f, const struct dsp_gen_params *gp, const struct dsp_gen_result *r);
 struct dsp_model;

@@ -5,7 +5,6 @@
 
 #include "dspark.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +82,8 @@ int dsp_cmd_chat(int argc, char **argv) {
     }
     dsp_model_params mp = dsp_model_default_params();
     mp.progress = isatty(2);
+    mp.quantize = dsp_cli_quantize;
+    mp.n_threads = cp.n_threads;
     dsp_model *m = NULL;
     dsp_engine *c = NULL;
     if (dsp_model_load(model, &mp, &m) || dsp_engine_create(m, &cp, &c)) {
@@ -90,6 +91,7 @@ int dsp_cmd_chat(int argc, char **argv) {
         dsp_engine_destroy(c), dsp_model_destroy(m);
         return rc;
     }
+    dsp_cli_sampling_defaults(m, &gp);
     const dsp_tokenizer *tok = dsp_model_tokenizer(m);
     json_t *msgs = json_array();
     if (system) dsp_cli_add_message(msgs, "system", system, strlen(system));
@@ -106,6 +108,7 @@ int dsp_cmd_chat(int argc, char **argv) {
         if (!strcmp(line, "/reset")) {
             json_array_clear(msgs);
             if (system) dsp_cli_add_message(msgs, "system", system, strlen(system));
+            fprintf(stderr, "[new conversation]\n");
             continue;
         }
         dsp_cli_add_message(msgs, "user", line, (size_t)n);
@@ -122,7 +125,8 @@ int dsp_cmd_chat(int argc, char **argv) {
         dsp_gen_result res;
         if (!ids || dsp_tokenize(tok, prompt, plen, DSP_TOKENIZE_PARSE_SPECIAL, ids, n_ids, &n_ids) ||
             dsp_generate(c, ids, n_ids, &gp, on_token, &r, &res)) {
-            fputc('\n', stdout);
+            if (r.n) fputc('\n', stdout); /* end the partial reply's line; nothing was printed otherwise */
+            fflush(stdout);
             dsp_cli_fail("chat", "%s", dsp_last_error());
             json_array_remove(msgs, json_array_size(msgs) - 1);
         } else {

@@ -1,6 +1,7 @@
 /* cli/cmd_generate: `dspark generate`: one completion, streamed to stdout as it is decoded. */
 #include "cli/cli.h"
 
+#include "core/file.h"
 #include "dspark.h"
 
 #include <errno.h>
@@ -15,17 +16,18 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dspark generate -m MODEL (-p TEXT | --file F) [options]\n\n"
             "Generates a continuation of the prompt and streams it to stdout.\n\n"
-            "  -m, --model PATH        GGUF model file\n"
+            "  -m, --model MODEL       GGUF file, Hugging Face directory, or repo id org/name[@rev] (HF cache)\n"
             "  -p, --prompt TEXT       the prompt\n"
             "  -f, --file F            read the prompt from a file ('-' = stdin)\n"
             "  -n, --max-tokens N      tokens to generate at most (default 256)\n"
             "      --chat              wrap the prompt as a user message in the model's chat template\n"
             "      --system TEXT       system message (with --chat)\n"
             "      --chat-template F   use this Jinja template instead of the model's\n"
-            "      --temperature T     0 = greedy (default 0)\n"
-            "      --top-p P           nucleus sampling mass (default 1 = off)\n"
-            "      --top-k K           keep the K most likely tokens (default 0 = off)\n"
-            "      --min-p P           drop tokens below P x the top probability (default 0)\n"
+            "      --temperature T     0 = greedy (default: the model's generation_config.json, else 0)\n"
+            "      --top-p P           nucleus sampling mass (default: generation_config, else 1 = off)\n"
+            "      --top-k K           keep the K most likely tokens (default: generation_config, else 0 = off)\n"
+            "      --min-p P           drop tokens below P x the top probability (default: generation_config, else 0)\n"
+            "      --quantize Q        quantize F32/F16/BF16 weights at load: q8_0 or q4_0\n"
             "      --presence-penalty X, --frequency-penalty X   OpenAI penalties in [-2, 2]\n"
             "      --repeat-penalty X  llama.cpp repetition penalty (default 1 = off)\n"
             "      --seed S            sampling seed (default 0)\n"
@@ -52,26 +54,6 @@ typedef struct gen_opts {
     int n_stop;
     dsp_engine_params cp;
 } gen_opts;
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    for (size_t r; buf && (r = fread(buf + n, 1, cap - n, f)) > 0;) {
-        n += r;
-        if (n == cap) {
-            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2 + 1) : NULL;
-            if (!nb) free(buf);
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (f != stdin) fclose(f);
-    if (buf) buf[n] = '\0';
-    *len = n;
-    return buf;
-}
 
 typedef struct stream_state {
     bool json;
@@ -170,8 +152,8 @@ int dsp_cmd_generate(int argc, char **argv) {
     size_t plen = 0;
     char *ptext = NULL;
     if (o.file) {
-        ptext = slurp(o.file, &plen);
-        if (!ptext) return dsp_cli_fail("generate", "%s: %s", o.file, strerror(errno));
+        if (dsp_file_read(o.file, (size_t)1 << 30, &ptext, &plen))
+            return dsp_cli_fail("generate", "%s", dsp_last_error());
     } else {
         ptext = strdup(o.prompt);
         plen = strlen(ptext);
@@ -179,6 +161,8 @@ int dsp_cmd_generate(int argc, char **argv) {
     double t0 = dsp_cli_now_ms();
     dsp_model_params mp = dsp_model_default_params();
     mp.progress = isatty(2);
+    mp.quantize = dsp_cli_quantize;
+    mp.n_threads = o.cp.n_threads;
     dsp_model *m = NULL;
     dsp_engine *c = NULL;
     int rc = 1;
@@ -196,6 +180,7 @@ int dsp_cmd_generate(int argc, char **argv) {
         goto out;
     }
     double load_ms = dsp_cli_now_ms() - t0;
+    dsp_cli_sampling_defaults(m, &o.gp);
     const dsp_tokenizer *tok = dsp_model_tokenizer(m);
     int flags = DSP_TOKENIZE_ADD_SPECIAL;
     const char *text = ptext;

@@ -8,9 +8,11 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dspark info MODEL.gguf [--json]\n\n"
-               "Shows the architecture, parameter count, bytes per tensor type, context length,\n"
-               "tokenizer kind and vocabulary size, and whether a chat template is present.\n\n"
+    fprintf(f, "usage: dspark info MODEL [--json]\n\n"
+               "MODEL is a GGUF file, a Hugging Face model directory, or a repo id org/name[@rev]\n"
+               "in the Hugging Face cache. Shows the architecture, parameter count, bytes per tensor\n"
+               "type, context length, tokenizer kind and vocabulary size, the chat template and where\n"
+               "it came from, and the sampling defaults with their source.\n\n"
                "  --json     print one JSON object instead of text\n");
 }
 
@@ -19,6 +21,24 @@ static void human(char *buf, size_t n, double v, const char *unit) {
     int i = 0;
     while (v >= 1000 && i < 4) v /= 1000, i++;
     snprintf(buf, n, i ? "%.2f %s%s" : "%.0f %s%s", v, pre[i], unit);
+}
+
+/* The sampling defaults a request gets when it omits a field: the model's generation_config.json,
+ * else dspark's own (the CLI: greedy; the server: OpenAI's temperature 1, top_p 1). */
+typedef struct sd_row {
+    const char *name;
+    unsigned bit;
+    double value, dflt;
+} sd_row;
+
+static int sd_rows(const dsp_gen_defaults *d, sd_row *r) {
+    sd_row rows[] = {{"temperature", DSP_GEN_HAS_TEMPERATURE, d->temperature, 0},
+                     {"top_p", DSP_GEN_HAS_TOP_P, d->top_p, 1},
+                     {"top_k", DSP_GEN_HAS_TOP_K, d->top_k, 0},
+                     {"min_p", DSP_GEN_HAS_MIN_P, d->min_p, 0},
+                     {"repetition_penalty", DSP_GEN_HAS_REPETITION_PENALTY, d->repetition_penalty, 1}};
+    memcpy(r, rows, sizeof rows);
+    return (int)(sizeof rows / sizeof rows[0]);
 }
 
 static void json_str(FILE *f, const char *s) {
@@ -56,10 +76,17 @@ int dsp_cmd_info(int argc, char **argv) {
     if (dsp_model_load(path, &mp, &m) != DSP_OK) return dsp_cli_fail("info", "%s", dsp_last_error());
     dsp_model_info in;
     dsp_model_get_info(m, &in);
+    dsp_gen_defaults gd;
+    dsp_model_gen_defaults(m, &gd);
+    sd_row sd[8];
+    int nsd = sd_rows(&gd, sd);
     if (json) {
         printf("{\"path\": ");
         json_str(stdout, in.path);
-        printf(", \"gguf_version\": %u, \"file_size\": %" PRIu64 ", \"architecture\": ", in.gguf_version, in.file_size);
+        printf(", \"format\": ");
+        json_str(stdout, in.format);
+        printf(", \"gguf_version\": %u, \"n_files\": %u, \"file_size\": %" PRIu64 ", \"architecture\": ", in.gguf_version, in.n_files,
+               in.file_size);
         json_str(stdout, in.arch);
         printf(", \"name\": ");
         json_str(stdout, in.name);
@@ -69,7 +96,16 @@ int dsp_cmd_info(int argc, char **argv) {
         json_str(stdout, in.tok_model);
         printf(", \"pre\": ");
         json_str(stdout, in.tok_pre);
-        printf(", \"vocab_size\": %u}, \"chat_template\": %s, \"tensor_types\": {", in.n_vocab, in.has_chat_template ? "true" : "false");
+        printf(", \"vocab_size\": %u}, \"chat_template\": %s, \"chat_template_origin\": ", in.n_vocab, in.has_chat_template ? "true" : "false");
+        json_str(stdout, in.chat_template_origin ? in.chat_template_origin : "");
+        printf(", \"sampling_defaults\": {");
+        for (int i = 0; i < nsd; i++) {
+            bool has = gd.has & sd[i].bit;
+            printf("%s\"%s\": {\"value\": %.6g, \"source\": ", i ? ", " : "", sd[i].name, has ? sd[i].value : sd[i].dflt);
+            json_str(stdout, has ? gd.source : "dspark default");
+            printf("}");
+        }
+        printf("}, \"tensor_types\": {");
         bool first = true;
         for (int t = 0; t < 40; t++) {
             if (!in.type_count[t]) continue;
@@ -86,13 +122,22 @@ int dsp_cmd_info(int argc, char **argv) {
         printf("name:           %s\n", in.name[0] ? in.name : "(none)");
         printf("architecture:   %s\n", in.arch);
         printf("parameters:     %s (%" PRIu64 ")\n", a, in.n_params);
-        printf("file:           %s, GGUF v%u, %" PRIu64 " tensors\n", b, in.gguf_version, in.n_tensors);
+        if (in.gguf_version) printf("file:           %s, GGUF v%u, %" PRIu64 " tensors\n", b, in.gguf_version, in.n_tensors);
+        else printf("files:          %s in %u safetensors file%s, %" PRIu64 " tensors\n", b, in.n_files, in.n_files == 1 ? "" : "s", in.n_tensors);
         printf("layers:         %u, embedding %u, feed-forward %u, heads %u (kv %u)\n", in.n_layers, in.n_embd, in.n_ff, in.n_head,
                in.n_head_kv);
         printf("context length: %u\n", in.n_ctx_train);
         printf("tokenizer:      %s%s%s%s, vocabulary %u\n", in.tok_model[0] ? in.tok_model : "(none)", in.tok_pre[0] ? " (pre: " : "",
                in.tok_pre, in.tok_pre[0] ? ")" : "", in.n_vocab);
-        printf("chat template:  %s\n", in.has_chat_template ? "present" : "absent");
+        printf("chat template:  %s%s%s%s\n", in.has_chat_template ? "present" : "absent", in.has_chat_template ? " (" : "",
+               in.has_chat_template ? in.chat_template_origin : "", in.has_chat_template ? ")" : "");
+        printf("sampling defaults (requests that omit a field):\n");
+        for (int i = 0; i < nsd; i++) {
+            bool has = gd.has & sd[i].bit;
+            if (has) printf("  %-19s %-8g from %s\n", sd[i].name, sd[i].value, gd.source);
+            else printf("  %-19s %-8s dspark default (CLI %g; server %g)\n", sd[i].name, "-", sd[i].dflt,
+                        sd[i].bit == DSP_GEN_HAS_TEMPERATURE ? 1.0 : sd[i].dflt);
+        }
         printf("tensor types:\n");
         for (int t = 0; t < 40; t++) {
             if (!in.type_count[t]) continue;

@@ -2,6 +2,7 @@
  * speculation and engine options, the --json speculation statistics, and chat rendering. */
 #include "cli/cli.h"
 
+#include "core/file.h"
 #include "dspark.h"
 
 #include <errno.h>
@@ -17,26 +18,11 @@ double dsp_cli_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf) buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* Render messages (a JSON array) with add_generation_prompt; template_file overrides the model's. */
 int dsp_cli_render_messages(const dsp_model *m, const char *template_file, json_t *messages, char **out, size_t *out_len) {
     char *tsrc = NULL;
-    if (template_file && !(tsrc = read_all(template_file))) return dsp_cli_fail("chat", "%s: %s", template_file, strerror(errno));
+    if (template_file && dsp_file_read(template_file, (size_t)64 << 20, &tsrc, NULL))
+        return dsp_cli_fail("chat", "%s", dsp_last_error());
     json_t *ctx = json_pack("{s:O, s:b}", "messages", messages, "add_generation_prompt", 1);
     char *js = ctx ? json_dumps(ctx, JSON_COMPACT) : NULL;
     json_decref(ctx);
@@ -80,6 +66,27 @@ static bool num(const char *opt, const char *s, double lo, double hi, double *ou
 void dsp_cli_spec_defaults(dsp_gen_params *gp) {
     gp->mode = DSP_SPEC_AUTO;
     gp->max_draft = DSP_CLI_DEFAULT_MAX_DRAFT;
+    /* "not given" until the model is loaded: dsp_cli_sampling_defaults fills them */
+    gp->temperature = gp->top_p = gp->min_p = gp->repetition_penalty = -1.0f;
+    gp->top_k = -1;
+}
+
+const char *dsp_cli_quantize = NULL;
+
+void dsp_cli_sampling_defaults(const dsp_model *m, dsp_gen_params *gp) {
+    unsigned given = (gp->temperature >= 0 ? DSP_GEN_HAS_TEMPERATURE : 0) | (gp->top_p >= 0 ? DSP_GEN_HAS_TOP_P : 0) |
+                     (gp->top_k >= 0 ? DSP_GEN_HAS_TOP_K : 0) | (gp->min_p >= 0 ? DSP_GEN_HAS_MIN_P : 0) |
+                     (gp->repetition_penalty >= 0 ? DSP_GEN_HAS_REPETITION_PENALTY : 0);
+    dsp_gen_params lib = dsp_gen_default_params();
+    lib.temperature = 0; /* the CLI is greedy unless the model or the user says otherwise */
+    if (gp->temperature < 0) gp->temperature = lib.temperature;
+    if (gp->top_p < 0) gp->top_p = lib.top_p;
+    if (gp->top_k < 0) gp->top_k = lib.top_k;
+    if (gp->min_p < 0) gp->min_p = lib.min_p;
+    if (gp->repetition_penalty < 0) gp->repetition_penalty = lib.repetition_penalty;
+    dsp_gen_defaults gd;
+    dsp_model_gen_defaults(m, &gd);
+    dsp_gen_apply_defaults(&gd, given, gp);
 }
 
 /* Speculation statistics for --json (generate) and the benchmark. */
@@ -126,6 +133,10 @@ int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int
     else if (!strcmp(a, "--seed")) { NUM(0, 1.8e19) gp->seed = (uint64_t)v; }
     else if (!strcmp(a, "--logprobs")) { NUM(0, DSP_MAX_LOGPROBS) gp->logprobs = (int32_t)v; }
     else if (!strcmp(a, "--ignore-eos")) gp->ignore_eos = true;
+    else if (!strcmp(a, "--quantize")) {
+        NEXT();
+        dsp_cli_quantize = argv[*i];
+    }
     else if (!strcmp(a, "--mode")) {
         NEXT();
         if (!strcmp(argv[*i], "baseline")) gp->mode = DSP_SPEC_BASELINE;

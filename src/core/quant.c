@@ -3,6 +3,7 @@
  * code operation by operation, so do not "simplify" them (e.g. (d * sc) * q is not d * (sc * q)). */
 #include "core/quant.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Every layout must match the block sizes of the dtype table (and so the GGUF files). */
@@ -232,4 +233,56 @@ dsp_status dsp_dequantize_row(uint32_t type, const void *src, float *dst, uint64
                          t->name);
     }
     return DSP_OK;
+}
+
+/* ---- quantization (the gguf package's rules) ------------------------------------------------- */
+
+/* numpy's np_roundf in gguf/quants.py: round half away from zero, in float32 */
+static float np_roundf(float x) {
+    float a = fabsf(x), fl = floorf(a), b = fl + floorf(2.0f * (a - fl));
+    return x < 0 ? -b : x > 0 ? b : 0.0f * b;
+}
+
+static void quantize_q8_0(const float *x, dsp_block_q8_0 *y) {
+    float amax = 0.0f;
+    for (int j = 0; j < DSP_QK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    float d = amax / 127.0f, id = d == 0.0f ? 0.0f : 1.0f / d;
+    y->d = dsp_f32_to_f16(d);
+    for (int j = 0; j < DSP_QK; j++) y->qs[j] = (int8_t)np_roundf(x[j] * id);
+}
+
+static void quantize_q4_0(const float *x, dsp_block_q4_0 *y) {
+    int imax = 0; /* argmax |x|: the first of equal maxima */
+    for (int j = 1; j < DSP_QK; j++)
+        if (fabsf(x[j]) > fabsf(x[imax])) imax = j;
+    float d = x[imax] / -8.0f, id = d == 0.0f ? 0.0f : 1.0f / d;
+    y->d = dsp_f32_to_f16(d);
+    uint8_t q[DSP_QK];
+    for (int j = 0; j < DSP_QK; j++) {
+        float v = truncf(x[j] * id + 8.5f);
+        q[j] = v >= 15.0f ? 15 : v <= 0.0f ? 0 : (uint8_t)v;
+    }
+    for (int j = 0; j < DSP_QK / 2; j++) y->qs[j] = (uint8_t)(q[j] | (q[j + DSP_QK / 2] << 4));
+}
+
+dsp_status dsp_quantize_row(uint32_t type, const float *src, void *dst, uint64_t n) {
+    if (n % DSP_QK) return dsp_error(DSP_ERR_INVALID_ARG, "quantize: %llu elements is not a multiple of %d", (unsigned long long)n, DSP_QK);
+    uint64_t nb = n / DSP_QK;
+    if (type == DSP_Q8_0) {
+        for (uint64_t b = 0; b < nb; b++) {
+            dsp_block_q8_0 blk;
+            quantize_q8_0(src + b * DSP_QK, &blk);
+            memcpy((uint8_t *)dst + b * sizeof blk, &blk, sizeof blk);
+        }
+        return DSP_OK;
+    }
+    if (type == DSP_Q4_0) {
+        for (uint64_t b = 0; b < nb; b++) {
+            dsp_block_q4_0 blk;
+            quantize_q4_0(src + b * DSP_QK, &blk);
+            memcpy((uint8_t *)dst + b * sizeof blk, &blk, sizeof blk);
+        }
+        return DSP_OK;
+    }
+    return dsp_error(DSP_ERR_UNSUPPORTED, "quantize: type %s is not supported (Q8_0, Q4_0 are)", dsp_dtype_name(type) ? dsp_dtype_name(type) : "?");
 }

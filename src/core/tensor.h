@@ -8,7 +8,10 @@
 #ifndef DSP_CORE_TENSOR_H
 #define DSP_CORE_TENSOR_H
 
+#include "core/status.h"
+
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define DSP_TENSOR_MAX_DIMS 4
@@ -32,5 +35,22 @@ typedef struct dsp_tensor {
     uint64_t n_elems;
     const void *data;
 } dsp_tensor;
+
+/* A name -> entry index over an array of structs whose first member is a dsp_str name
+ * (dsp_tensor, dsp_gguf_kv, ...): open addressing, built once, read-only after. */
+typedef struct dsp_name_index {
+    uint64_t *tab;     /* (cap) entry index + 1, 0 = empty */
+    uint64_t cap;      /* a power of two, at least twice the entry count */
+    const void *base;  /* the array */
+    size_t stride;     /* bytes between entries */
+} dsp_name_index;
+
+/* Sized for n entries of the array at base; DSP_ERR_NOMEM (no message) if the table cannot be had. */
+dsp_status dsp_name_index_init(dsp_name_index *ix, const void *base, size_t stride, uint64_t n);
+/* Add entry idx; false if an entry of the same name is already there. */
+bool dsp_name_index_insert(dsp_name_index *ix, uint64_t idx);
+/* The entry named name (NUL-terminated), or NULL. */
+const void *dsp_name_index_find(const dsp_name_index *ix, const char *name);
+void dsp_name_index_free(dsp_name_index *ix);
 
 #endif

@@ -5,15 +5,12 @@
  * the mapping. Counts are checked against the bytes left before anything is allocated for them. */
 #include "io/gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include "core/file.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define GGUF_MAX_NESTING 8 /* arrays of arrays of ...: deeper is certainly not a real model file */
@@ -21,18 +18,14 @@
 struct dsp_gguf {
     const uint8_t *base;
     uint64_t size;
-    void *map;        /* non-NULL when we own an mmap */
-    size_t map_size;
+    dsp_file_map file; /* the mapping when we own one (dsp_gguf_open) */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;
     uint64_t n_kv, n_tensors;
     dsp_gguf_kv *kv;
     dsp_gguf_tensor *tensors;
-    uint64_t *tensor_hash; /* open-addressing table of tensor indices + 1, size tensor_cap */
-    uint64_t tensor_cap;
-    uint64_t *kv_hash;     /* same for metadata keys, size kv_cap */
-    uint64_t kv_cap;
+    dsp_name_index tensor_ix, kv_ix; /* name -> entry (names are the structs' first member) */
 };
 
 /* ---- bounds-checked cursor ---------------------------------------------------------------- */
@@ -101,11 +94,6 @@ const char *dsp_gguf_type_name(dsp_gguf_type t) {
     static const char *names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool",
                                   "string", "array", "u64", "i64", "f64"};
     return (unsigned)t < DSP_GGUF_TYPE_COUNT ? names[t] : "unknown";
-}
-
-bool dsp_str_eq(dsp_str s, const char *c) {
-    size_t n = strlen(c);
-    return s.len == n && memcmp(s.ptr, c, n) == 0;
 }
 
 /* ---- metadata values ---------------------------------------------------------------------- */
@@ -218,43 +206,6 @@ static dsp_status read_kv(cursor *c, dsp_gguf_kv *kv, uint64_t idx) {
 
 /* ---- open --------------------------------------------------------------------------------- */
 
-static uint64_t fnv1a(const char *p, uint64_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (uint64_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
-    return h;
-}
-
-static uint64_t hash_cap_for(uint64_t n) {
-    uint64_t cap = 16;
-    while (cap < n * 2) cap <<= 1;
-    return cap;
-}
-
-/* Insert entry idx (name at names[idx]) into an open-addressing table; false if the name is
- * already there. `stride` is the byte distance between consecutive dsp_str names. */
-static bool hash_insert(uint64_t *tab, uint64_t cap, const void *base, size_t stride, uint64_t idx) {
-    const dsp_str *nm = (const dsp_str *)((const char *)base + idx * stride);
-    uint64_t h = fnv1a(nm->ptr, nm->len) & (cap - 1);
-    while (tab[h]) {
-        const dsp_str *o = (const dsp_str *)((const char *)base + (tab[h] - 1) * stride);
-        if (o->len == nm->len && !memcmp(o->ptr, nm->ptr, nm->len)) return false;
-        h = (h + 1) & (cap - 1);
-    }
-    tab[h] = idx + 1;
-    return true;
-}
-
-static const void *hash_find(const uint64_t *tab, uint64_t cap, const void *base, size_t stride, const char *name) {
-    size_t n = strlen(name);
-    uint64_t h = fnv1a(name, n) & (cap - 1);
-    while (tab[h]) {
-        const dsp_str *o = (const dsp_str *)((const char *)base + (tab[h] - 1) * stride);
-        if (o->len == n && !memcmp(o->ptr, name, n)) return o;
-        h = (h + 1) & (cap - 1);
-    }
-    return NULL;
-}
-
 static void format_mb(char *buf, size_t n, uint64_t bytes) {
     if (bytes >= 10u * 1024 * 1024) snprintf(buf, n, "%" PRIu64 " MB", bytes >> 20);
     else snprintf(buf, n, "%" PRIu64 " bytes", bytes);
@@ -366,15 +317,13 @@ static dsp_status parse(dsp_gguf *g) {
     if (!g->kv || !g->tensors) return dsp_error(DSP_ERR_NOMEM, "no memory for the GGUF tables");
 
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
-    g->kv_cap = hash_cap_for(g->n_kv);
-    g->tensor_cap = hash_cap_for(g->n_tensors);
-    g->kv_hash = calloc(g->kv_cap, sizeof *g->kv_hash);
-    g->tensor_hash = calloc(g->tensor_cap, sizeof *g->tensor_hash);
-    if (!g->kv_hash || !g->tensor_hash) return dsp_error(DSP_ERR_NOMEM, "no memory for the GGUF indexes");
+    if (dsp_name_index_init(&g->kv_ix, g->kv, sizeof *g->kv, g->n_kv) ||
+        dsp_name_index_init(&g->tensor_ix, g->tensors, sizeof *g->tensors, g->n_tensors))
+        return dsp_error(DSP_ERR_NOMEM, "no memory for the GGUF indexes");
     for (uint64_t i = 0; i < g->n_kv; i++) {
         st = read_kv(&c, &g->kv[i], i);
         if (st) return st;
-        if (!hash_insert(g->kv_hash, g->kv_cap, g->kv, sizeof *g->kv, i))
+        if (!dsp_name_index_insert(&g->kv_ix, i))
             return dsp_error(DSP_ERR_FORMAT, "metadata key '%.*s' appears twice", (int)(g->kv[i].key.len > 200 ? 200 : g->kv[i].key.len),
                              g->kv[i].key.ptr);
         if (dsp_str_eq(g->kv[i].key, "general.alignment")) {
@@ -392,7 +341,7 @@ static dsp_status parse(dsp_gguf *g) {
         dsp_gguf_tensor *t = &g->tensors[i];
         st = read_tensor(&c, t, i);
         if (st) return st;
-        if (!hash_insert(g->tensor_hash, g->tensor_cap, g->tensors, sizeof *g->tensors, i))
+        if (!dsp_name_index_insert(&g->tensor_ix, i))
             return dsp_error(DSP_ERR_FORMAT, "tensor name '%.*s' appears twice", (int)(t->name.len > 200 ? 200 : t->name.len), t->name.ptr);
     }
 
@@ -445,36 +394,18 @@ dsp_status dsp_gguf_open_memory(const void *buf, size_t size, dsp_gguf **out) {
 
 dsp_status dsp_gguf_open(const char *path, dsp_gguf **out) {
     *out = NULL;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return dsp_error(DSP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return dsp_error(DSP_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return dsp_error(DSP_ERR_IO, "%s: not a regular file", path);
-    }
-    if (sb.st_size == 0) {
-        close(fd);
-        return dsp_error(DSP_ERR_FORMAT, "%s: empty file", path);
-    }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) return dsp_error(DSP_ERR_IO, "%s: cannot mmap: %s", path, strerror(e));
+    dsp_file_map fm;
+    dsp_status st = dsp_file_map_open(path, &fm);
+    if (st) return st;
     dsp_gguf *g = calloc(1, sizeof *g);
     if (!g) {
-        munmap(map, (size_t)sb.st_size);
+        dsp_file_map_close(&fm);
         return dsp_error(DSP_ERR_NOMEM, "no memory");
     }
-    g->map = map;
-    g->map_size = (size_t)sb.st_size;
-    g->base = map;
-    g->size = (uint64_t)sb.st_size;
-    dsp_status st = open_common(g, out);
+    g->file = fm;
+    g->base = fm.data;
+    g->size = fm.size;
+    st = open_common(g, out);
     if (st) dsp_error_prefix("%s", path);
     return st;
 }
@@ -485,9 +416,9 @@ void dsp_gguf_destroy(dsp_gguf *g) {
         for (uint64_t i = 0; i < g->n_kv; i++) free(g->kv[i].elem_offs);
     free(g->kv);
     free(g->tensors);
-    free(g->tensor_hash);
-    free(g->kv_hash);
-    if (g->map) munmap(g->map, g->map_size);
+    dsp_name_index_free(&g->tensor_ix);
+    dsp_name_index_free(&g->kv_ix);
+    dsp_file_map_close(&g->file);
     free(g);
 }
 
@@ -505,11 +436,11 @@ const dsp_gguf_tensor *dsp_gguf_tensor_at(const dsp_gguf *g, uint64_t i) { retur
 
 /* key and name are the first member of their structs, so the tables hold dsp_str pointers */
 const dsp_gguf_kv *dsp_gguf_find_kv(const dsp_gguf *g, const char *key) {
-    return hash_find(g->kv_hash, g->kv_cap, g->kv, sizeof *g->kv, key);
+    return dsp_name_index_find(&g->kv_ix, key);
 }
 
 const dsp_gguf_tensor *dsp_gguf_find_tensor(const dsp_gguf *g, const char *name) {
-    return hash_find(g->tensor_hash, g->tensor_cap, g->tensors, sizeof *g->tensors, name);
+    return dsp_name_index_find(&g->tensor_ix, name);
 }
 
 static bool is_int_type(dsp_gguf_type t) {
@@ -571,21 +502,21 @@ static dsp_status get_int(const dsp_gguf *g, const char *key, int64_t lo, uint64
 }
 
 dsp_status dsp_gguf_get_u32(const dsp_gguf *g, const char *key, uint32_t *out) {
-    uint64_t v;
+    uint64_t v = 0;
     bool neg;
     dsp_status st = get_int(g, key, 0, UINT32_MAX, &v, &neg);
     if (!st) *out = (uint32_t)v;
     return st;
 }
 dsp_status dsp_gguf_get_i32(const dsp_gguf *g, const char *key, int32_t *out) {
-    uint64_t v;
+    uint64_t v = 0;
     bool neg;
     dsp_status st = get_int(g, key, INT32_MIN, INT32_MAX, &v, &neg);
     if (!st) *out = (int32_t)(int64_t)v;
     return st;
 }
 dsp_status dsp_gguf_get_u64(const dsp_gguf *g, const char *key, uint64_t *out) {
-    uint64_t v;
+    uint64_t v = 0;
     bool neg;
     dsp_status st = get_int(g, key, 0, UINT64_MAX, &v, &neg);
     if (!st) *out = v;

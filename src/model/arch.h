@@ -21,11 +21,13 @@ typedef struct dsp_hparams {
     int n_layer;
     int n_head, n_head_kv;
     int head_dim;      /* key/value head size */
+    int q_dim, kv_dim; /* n_head * head_dim, n_head_kv * head_dim (products checked at load) */
     int n_ff;
     int n_ctx_train;
     float rms_eps;
     float rope_base;
     float rope_scale;  /* linear position scaling (positions are divided by it); 1 = none */
+    float rope_attn_factor; /* cos/sin are multiplied by it (yarn's attention factor); 1 = none */
     int rope_dim;      /* rotated dimensions per head (<= head_dim) */
     bool rope_neox;    /* rotate pairs (i, i+d/2) instead of (2i, 2i+1) */
     bool qkv_bias;     /* qwen2 */
@@ -52,7 +54,10 @@ typedef struct dsp_weights {
     dsp_layer_weights *layers;         /* (n_layer) */
 } dsp_weights;
 
-/* Read hyper-parameters for the file's architecture; DSP_ERR_UNSUPPORTED names an unknown one. */
+/* Read hyper-parameters for the file's architecture; DSP_ERR_UNSUPPORTED names an unknown one.
+ * Every dimension (and the products n_head * head_dim, n_head_kv * head_dim) is 1..2^24, so int
+ * arithmetic on them and on a few of them multiplied in size_t cannot wrap; binding then checks
+ * each one against the shape of a tensor the file really holds. */
 dsp_status dsp_arch_load_hparams(const dsp_gguf *g, dsp_hparams *hp);
 /* Bind and shape-check every weight tensor. w->layers is malloc'd (free with dsp_arch_free_weights). */
 dsp_status dsp_arch_bind_weights(const dsp_gguf *g, const dsp_hparams *hp, dsp_weights *w);

@@ -1,36 +1,27 @@
 /* model/chat: the model's chat template (parsed once at load) and dsp_chat_render. */
 #include "model/model.h"
 
-#include "tok/template.h"
+#include "template/template.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-dsp_status dsp_model_load_chat_template(dsp_model *m) {
-    dsp_str src;
-    dsp_status st = dsp_gguf_get_str(m->gguf, "tokenizer.chat_template", &src);
-    if (st == DSP_ERR_NOT_FOUND) return DSP_OK;
-    if (st) return st;
+void dsp_model_parse_chat_template(dsp_model *m) {
+    if (!m->tmpl_src) return;
     m->has_chat_template = true;
     /* a template we cannot parse is not fatal for loading: rendering reports the error */
-    if (dsp_tmpl_create(&m->tmpl, src.ptr, (size_t)src.len, NULL) != DSP_OK) {
+    if (dsp_tmpl_create(&m->tmpl, m->tmpl_src, m->tmpl_len, NULL) != DSP_OK) {
         snprintf(m->tmpl_error, sizeof m->tmpl_error, "%s", dsp_last_error());
         m->tmpl = NULL;
     }
-    return DSP_OK;
 }
 
 bool dsp_model_has_chat_template(const dsp_model *m) { return m->has_chat_template; }
 
 const char *dsp_model_chat_template(const dsp_model *m, size_t *len) {
-    dsp_str src;
-    if (dsp_gguf_get_str(m->gguf, "tokenizer.chat_template", &src) != DSP_OK) {
-        *len = 0;
-        return NULL;
-    }
-    *len = (size_t)src.len;
-    return src.ptr;
+    *len = m->tmpl_src ? m->tmpl_len : 0;
+    return m->tmpl_src;
 }
 
 static void set_token_var(json_t *ctx, const char *key, const dsp_tok *t, int32_t id) {
@@ -55,7 +46,7 @@ dsp_status dsp_chat_render(const dsp_model *m, const char *template_src, const c
         t = own;
     } else if (!t) {
         if (m->has_chat_template) return dsp_error(DSP_ERR_TEMPLATE, "the model's chat template cannot be used: %s", m->tmpl_error);
-        return dsp_error(DSP_ERR_NOT_FOUND, "the model has no chat template (tokenizer.chat_template); pass one explicitly");
+        return dsp_error(DSP_ERR_NOT_FOUND, "the model has no chat template (tokenizer.chat_template, chat_template.jinja or tokenizer_config.json); pass one explicitly");
     }
     json_error_t jerr;
     json_t *ctx = json_loadb(context_json, len, JSON_ALLOW_NUL, &jerr);

@@ -38,6 +38,7 @@
 #define DSP_TOK_TOK_H
 
 #include "dspark.h"
+#include "core/utf8.h"
 #include "io/gguf.h"
 
 #include <stdbool.h>
@@ -45,6 +46,7 @@
 #include <stdint.h>
 
 typedef struct dsp_tokenizer dsp_tok;
+typedef struct dsp_tok_pre dsp_tok_pre;
 
 typedef enum dsp_tok_kind {
     DSP_TOK_BPE = 0, /* byte-level BPE ("gpt2") */
@@ -71,16 +73,38 @@ typedef struct dsp_tok_params {
     size_t n_merges;
     const char *const *merges;     /* "left right" in rank order; NULL if none */
     const size_t *merge_lens;      /* NULL: strlen */
+    const char *const *merge_right; /* pair form: merges[i] is the left part, merge_right[i] the right; NULL: "left right" */
+    const size_t *merge_right_lens; /* NULL: strlen */
     int32_t bos, eos, unk, pad;    /* -1: none */
     int add_bos, add_eos;          /* -1: the family's default (SPM: add BOS; BPE: nothing) */
     int add_space_prefix;          /* -1: default (SPM: true except Gemma; BPE: false) */
+    /* from tokenizer.json (tok_hf.c); zero/NULL for GGUF */
+    const uint8_t *added_flags;    /* (n_tokens) DSP_TOK_AF_* for added tokens; NULL: none */
+    bool ignore_merges;            /* BPE: a piece that is itself a token is not merged (Llama 3) */
+    const dsp_tok_pre *pre_custom; /* BPE: this pre-tokenizer instead of `pre` (ownership passes to the tokenizer) */
+    bool space_prefix_first_only;  /* SPM: the U+2581 prefix only before the text's first segment (Metaspace "first") */
+    bool space_prefix_unless_space; /* SPM: no prefix before a segment that starts with a space (Metaspace) */
+    bool spm_split;                /* SPM: every U+2581 starts a new word (Metaspace split = true) */
+    bool decode_keep_space;        /* SPM: do not drop the leading space the prefix added when decoding */
 } dsp_tok_params;
 
+/* added-token flags (tokenizer.json added_tokens) */
+enum { DSP_TOK_AF_LSTRIP = 1, DSP_TOK_AF_RSTRIP = 2, DSP_TOK_AF_SINGLE_WORD = 4 };
+
 dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out);
+#define DSP_TOK_MAX_TEXT ((size_t)1 << 30) /* longest text dsp_tok_encode accepts (bytes) */
 /* Reads tokenizer.ggml.* and general.architecture. The tokenizer copies what it needs and does not
  * keep a reference to g. */
 dsp_status dsp_tok_create_from_gguf(const dsp_gguf *g, dsp_tok **out);
 void dsp_tok_destroy(dsp_tok *t);
+/* From a parsed tokenizer.json (Hugging Face `tokenizers` format: a BPE model with byte-level or
+ * Metaspace/SentencePiece-style pre-tokenization) and, when not NULL, tokenizer_config.json
+ * (bos/eos/unk/pad tokens, add_bos_token, add_eos_token). Parts we do not implement (WordPiece,
+ * Unigram, an unknown normalizer, pre-tokenizer or decoder) are DSP_ERR_UNSUPPORTED naming the
+ * part; nothing is silently approximated. model/pre receive short descriptions for `dspark info`. */
+struct json_t;
+dsp_status dsp_tok_create_from_hf(const struct json_t *tokenizer_json, const struct json_t *tokenizer_config, dsp_tok **out,
+                                  char *model, size_t model_size, char *pre, size_t pre_size);
 
 /* A growable id vector for the internal encoder. */
 typedef struct dsp_tok_ids {
@@ -115,22 +139,13 @@ int32_t dsp_tok_find(const dsp_tok *t, const char *s, size_t len);
 
 /* ---- internals shared between tok.c, tok_pre.c, tok_bpe.c ---- */
 
-/* Lossy UTF-8 sanitizer (WHATWG decoder: each maximal invalid subsequence becomes U+FFFD). */
-typedef struct dsp_utf8_state {
-    uint8_t pend[4];
-    uint8_t n_pend, need;
-    uint8_t lo, hi;
-} dsp_utf8_state;
-/* Feed n bytes; appends valid output to out (room for 3*n + 4 bytes needed); returns bytes written. */
-size_t dsp_utf8_feed(dsp_utf8_state *st, const uint8_t *in, size_t n, uint8_t *out);
-/* End of input: an incomplete character becomes U+FFFD. Returns bytes written (0 or 3). */
-size_t dsp_utf8_finish(dsp_utf8_state *st, uint8_t *out);
-/* true if s is valid UTF-8 */
-bool dsp_utf8_valid(const uint8_t *s, size_t n);
 
-/* Pre-tokenizer: an ordered list of PCRE2 regexes applied like HF's Split(behavior=Isolated). */
-typedef struct dsp_tok_pre dsp_tok_pre;
+/* Pre-tokenizer: an ordered list of PCRE2 regexes applied like HF's Split pre-tokenizers. */
 dsp_status dsp_tok_pre_create(const char *name, dsp_tok_pre **out);
+/* How a Split keeps what its regex matched (HF SplitDelimiterBehavior). */
+typedef enum dsp_tok_split { DSP_SPLIT_ISOLATED = 0, DSP_SPLIT_REMOVED, DSP_SPLIT_MERGED_PREV, DSP_SPLIT_MERGED_NEXT } dsp_tok_split;
+/* From explicit regexes (tokenizer.json); errors name the regex that does not compile. */
+dsp_status dsp_tok_pre_create_regexes(const char *const *re, const dsp_tok_split *behavior, int n, dsp_tok_pre **out);
 void dsp_tok_pre_destroy(dsp_tok_pre *p);
 /* A piece [off, off+len) of the input. */
 typedef struct dsp_tok_span {
@@ -144,6 +159,8 @@ typedef struct dsp_tok_spans {
 dsp_status dsp_tok_pre_split(const dsp_tok_pre *p, const char *text, size_t len, dsp_tok_spans *out,
                              dsp_tok_spans *tmp);
 void dsp_tok_spans_free(dsp_tok_spans *s);
+/* GPT-2's ByteLevel regex (HF ByteLevel pre-tokenizer with use_regex) */
+const char *dsp_tok_pre_gpt2_regex(void);
 /* comma-separated list of the known names, for messages */
 const char *dsp_tok_pre_known(void);
 

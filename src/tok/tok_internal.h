@@ -13,6 +13,8 @@ struct dsp_tokenizer {
     size_t n;                   /* vocabulary size */
     int32_t bos, eos, unk, pad; /* -1: none */
     bool add_bos, add_eos, add_space_prefix;
+    bool space_prefix_first_only, space_prefix_unless_space, spm_split, decode_strip, ignore_merges;
+    uint8_t *added_flags;                  /* (n) DSP_TOK_AF_*, or NULL */
     size_t max_piece;
 
     char *blob;                            /* all token strings */
@@ -74,11 +76,10 @@ typedef struct dsp_tok_scratch {
     char *norm;            /* SPM normalized text */
     size_t norm_cap;
     dsp_tok_spans pieces, tmp;
+    bool at_text_start;    /* the segment being encoded starts the text */
 } dsp_tok_scratch;
 void dsp_tok_scratch_free(dsp_tok_scratch *sc);
 
-/* The code point of the UTF-8 character at s (n bytes available); 0xFFFFFFFF if truncated. */
-uint32_t dsp_utf8_decode_at(const uint8_t *s, size_t n);
 int32_t dsp_tok_vocab_lookup(const dsp_tok *t, const char *s, size_t n);
 bool dsp_tok_pair_lookup(const dsp_tok *t, int32_t a, int32_t b, uint32_t *rank, int32_t *merged);
 /* Encode one stretch of text that contains no added token. */

@@ -91,11 +91,16 @@ static const pre_def g_pre[] = {
 };
 #define N_PRE (sizeof g_pre / sizeof g_pre[0])
 
+#define MAX_RE_CUSTOM 16
+
 struct dsp_tok_pre {
     int n;
-    pcre2_code *re[MAX_RE];
-    bool jit[MAX_RE];
+    pcre2_code *re[MAX_RE_CUSTOM];
+    bool jit[MAX_RE_CUSTOM];
+    dsp_tok_split how[MAX_RE_CUSTOM];
 };
+
+const char *dsp_tok_pre_gpt2_regex(void) { return R_GPT2; }
 
 const char *dsp_tok_pre_known(void) {
     return "default, gpt2, gpt-2, mpt, olmo, jais, trillion, granite-docling, roberta-bpe, gpt-neox, llama3, "
@@ -118,6 +123,22 @@ static bool name_in(const char *names, const char *name) {
     return false;
 }
 
+static dsp_status compile(dsp_tok_pre *p, const char *re, const char *what) {
+    int err;
+    PCRE2_SIZE eoff;
+    int i = p->n;
+    p->re[i] = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &eoff, NULL);
+    if (!p->re[i]) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        return dsp_error(DSP_ERR_UNSUPPORTED, "pre-tokenizer %s: regex %d (%.80s) does not compile at offset %zu: %s", what, i, re, (size_t)eoff,
+                         (const char *)msg);
+    }
+    p->jit[i] = pcre2_jit_compile(p->re[i], PCRE2_JIT_COMPLETE) == 0;
+    p->n = i + 1;
+    return DSP_OK;
+}
+
 dsp_status dsp_tok_pre_create(const char *name, dsp_tok_pre **out) {
     *out = NULL;
     if (!name || !*name) name = "default";
@@ -130,18 +151,28 @@ dsp_status dsp_tok_pre_create(const char *name, dsp_tok_pre **out) {
     dsp_tok_pre *p = calloc(1, sizeof *p);
     if (!p) return dsp_error(DSP_ERR_NOMEM, "pre-tokenizer: out of memory");
     for (int i = 0; i < MAX_RE && d->re[i]; i++) {
-        int err;
-        PCRE2_SIZE eoff;
-        p->re[i] = pcre2_compile((PCRE2_SPTR)d->re[i], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &eoff, NULL);
-        if (!p->re[i]) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(err, msg, sizeof msg);
+        dsp_status st = compile(p, d->re[i], name);
+        if (st) {
             dsp_tok_pre_destroy(p);
-            return dsp_error(DSP_ERR_INTERNAL, "pre-tokenizer '%s': regex %d does not compile at %zu: %s", name, i,
-                             (size_t)eoff, (const char *)msg);
+            return st == DSP_ERR_UNSUPPORTED ? DSP_ERR_INTERNAL : st; /* our own tables must compile */
         }
-        p->jit[i] = pcre2_jit_compile(p->re[i], PCRE2_JIT_COMPLETE) == 0;
-        p->n = i + 1;
+    }
+    *out = p;
+    return DSP_OK;
+}
+
+dsp_status dsp_tok_pre_create_regexes(const char *const *re, const dsp_tok_split *behavior, int n, dsp_tok_pre **out) {
+    *out = NULL;
+    if (n < 0 || n > MAX_RE_CUSTOM) return dsp_error(DSP_ERR_UNSUPPORTED, "pre-tokenizer: %d regexes (at most %d)", n, MAX_RE_CUSTOM);
+    dsp_tok_pre *p = calloc(1, sizeof *p);
+    if (!p) return dsp_error(DSP_ERR_NOMEM, "pre-tokenizer: out of memory");
+    for (int i = 0; i < n; i++) {
+        dsp_status st = compile(p, re[i], "Split");
+        if (st) {
+            dsp_tok_pre_destroy(p);
+            return st;
+        }
+        p->how[i] = behavior ? behavior[i] : DSP_SPLIT_ISOLATED;
     }
     *out = p;
     return DSP_OK;
@@ -173,12 +204,9 @@ static dsp_status spans_push(dsp_tok_spans *s, uint32_t off, uint32_t len) {
     return DSP_OK;
 }
 
-static size_t utf8_len(uint8_t c) {
-    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-}
-
-/* One regex over one piece: matches and the gaps between them become pieces of out. */
-static dsp_status split_one(const pcre2_code *re, bool jit, pcre2_match_data *md, const char *text, dsp_tok_span piece,
+/* One regex over one piece: matches and the gaps between them become pieces of out, a match on
+ * its own (isolated), dropped (removed), or joined to the gap before or after it (merged). */
+static dsp_status split_one(const pcre2_code *re, bool jit, dsp_tok_split how, pcre2_match_data *md, const char *text, dsp_tok_span piece,
                             dsp_tok_spans *out) {
     const PCRE2_SPTR subj = (PCRE2_SPTR)(text + piece.off);
     const PCRE2_SIZE n = piece.len;
@@ -203,12 +231,29 @@ static dsp_status split_one(const pcre2_code *re, bool jit, pcre2_match_data *md
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         PCRE2_SIZE ms = ov[0], me = ov[1];
         if (me <= ms) { /* empty match: step over one character */
-            pos = ms + utf8_len(subj[ms]);
+            pos = ms + dsp_utf8_len(subj[ms]);
             continue;
         }
-        if (ms > gap && (st = spans_push(out, piece.off + (uint32_t)gap, (uint32_t)(ms - gap)))) return st;
-        if ((st = spans_push(out, piece.off + (uint32_t)ms, (uint32_t)(me - ms)))) return st;
-        pos = gap = me;
+        switch (how) {
+        case DSP_SPLIT_ISOLATED:
+            if (ms > gap && (st = spans_push(out, piece.off + (uint32_t)gap, (uint32_t)(ms - gap)))) return st;
+            if ((st = spans_push(out, piece.off + (uint32_t)ms, (uint32_t)(me - ms)))) return st;
+            gap = me;
+            break;
+        case DSP_SPLIT_REMOVED:
+            if (ms > gap && (st = spans_push(out, piece.off + (uint32_t)gap, (uint32_t)(ms - gap)))) return st;
+            gap = me;
+            break;
+        case DSP_SPLIT_MERGED_PREV: /* the gap and the match are one piece */
+            if ((st = spans_push(out, piece.off + (uint32_t)gap, (uint32_t)(me - gap)))) return st;
+            gap = me;
+            break;
+        case DSP_SPLIT_MERGED_NEXT: /* the match opens the next piece */
+            if (ms > gap && (st = spans_push(out, piece.off + (uint32_t)gap, (uint32_t)(ms - gap)))) return st;
+            gap = ms;
+            break;
+        }
+        pos = me;
     }
     if (gap < n && (st = spans_push(out, piece.off + (uint32_t)gap, (uint32_t)(n - gap)))) return st;
     return DSP_OK;
@@ -225,7 +270,7 @@ dsp_status dsp_tok_pre_split(const dsp_tok_pre *p, const char *text, size_t len,
     if (!md) return dsp_error(DSP_ERR_NOMEM, "pre-tokenizer: out of memory");
     for (int r = 0; r < p->n && st == DSP_OK; r++) {
         tmp->n = 0;
-        for (size_t i = 0; i < out->n && st == DSP_OK; i++) st = split_one(p->re[r], p->jit[r], md, text, out->v[i], tmp);
+        for (size_t i = 0; i < out->n && st == DSP_OK; i++) st = split_one(p->re[r], p->jit[r], p->how[r], md, text, out->v[i], tmp);
         dsp_tok_spans sw = *out;
         *out = *tmp;
         *tmp = sw;
