@@ -77,6 +77,12 @@ def run_dspark(exe: str, model: str, threads: int, precision: str, timeout: int,
     return {"pp512": j["prefill"]["tok_s"] if prefill else None, "tg": j["decode"]["tok_s"], "info": j["machine"]}
 
 
+def write_json(path: str, obj: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(obj, indent=1) + "\n")
+
+
 def summary(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
 
@@ -151,14 +157,13 @@ def main() -> int:
                     f[m]["llama"] = summary(lv)
                     f[m]["ratio"] = summary([x / y for x, y in zip(d, lv)])
             result["files"].append(f)
+            if a.out:  # after every entry: a run cut short keeps what it measured
+                write_json(a.out, result)
     result["loadavg_after"] = os.getloadavg()[0]
-    text = json.dumps(result, indent=1)
     if a.out:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        with open(a.out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+        write_json(a.out, result)
     if a.json:
-        print(text)
+        print(json.dumps(result, indent=1))
         return 0
     print(f"{result['cpu']}, {a.rounds} alternating rounds; llama.cpp variant {variant}, dspark "
           f"{result['files'][0]['dspark_info'].get('isa', '?')} {a.precision}; load {result['loadavg_before']:.1f} -> {result['loadavg_after']:.1f}")
