@@ -268,13 +268,20 @@ static void cpu_rmsnorm(dsp_backend *be, dsp_buf *out, const dsp_buf *x, const d
 }
 
 /* A job of up to 3 matmuls over the same activations (q/k/v, gate/up): one pool run, tasks are
- * DSP_CPU_MM_ROWS-row chunks of each weight in turn. */
+ * DSP_CPU_MM_ROWS-row chunks of each weight in turn. A q8 matmul of many rows (prefill) is split
+ * in two dimensions instead: Q8_TASK_W weight rows x Q8_TASK_X activation rows per task, so that a
+ * task's q8 rows (~150 KiB) stay in L2 while its weight rows pass over them (a split by weight
+ * rows alone would stream all the activations from L3 for every 16 weight rows). Each output is
+ * still computed whole by one task, in the kernel's fixed order. */
+#define Q8_TASK_W 64
+#define Q8_TASK_X 64
 typedef struct mm_job {
     cpu_backend *c;
     int n_mats;
     const dsp_bweight *w[3];
     float *y[3];
     int first_task[4]; /* task index where matrix m starts; first_task[n_mats] = n_tasks */
+    int x_blocks[3];   /* activation-row blocks of matrix m's tasks (1: a split by weight rows only) */
     const float *x;
     const uint8_t *xq; /* x quantized (q8 rows of c->xq_row bytes), or NULL */
     int n_rows;
@@ -295,6 +302,14 @@ static void mm_task(void *ctx, int task, int thread) {
     while (task >= j->first_task[m + 1]) m++;
     const dsp_bweight *w = j->w[m];
     int64_t in = (int64_t)w->t->ne[0], out = (int64_t)w->t->ne[1];
+    if (j->x_blocks[m] > 1) { /* q8, 2-D split */
+        const int t = task - j->first_task[m], xb = t % j->x_blocks[m];
+        const int64_t r0 = (int64_t)(t / j->x_blocks[m]) * Q8_TASK_W, r1 = r0 + Q8_TASK_W < out ? r0 + Q8_TASK_W : out;
+        const int i0 = xb * Q8_TASK_X, ni = j->n_rows - i0 < Q8_TASK_X ? j->n_rows - i0 : Q8_TASK_X;
+        j->c->ops->matmul_q8(w->type, w->data, w->row_bytes, in, r0, r1, j->xq + (size_t)i0 * j->c->xq_row, j->c->xq_row, ni,
+                             j->y[m] + (size_t)i0 * (size_t)out, out);
+        return;
+    }
     int64_t r0 = (int64_t)(task - j->first_task[m]) * DSP_CPU_MM_ROWS, r1 = r0 + DSP_CPU_MM_ROWS < out ? r0 + DSP_CPU_MM_ROWS : out;
     if (j->xq && dsp_cpu_q8_type(w->type))
         j->c->ops->matmul_q8(w->type, w->data, w->row_bytes, in, r0, r1, j->xq, j->c->xq_row, j->n_rows, j->y[m], out);
@@ -313,8 +328,11 @@ static void cpu_matmul(dsp_backend *be, int n, const dsp_bweight *const *w, dsp_
         DSP_ASSERT((size_t)n_rows * w[m]->t->ne[1] <= y[m]->n && (size_t)n_rows * w[m]->t->ne[0] <= x->n);
         j.w[m] = w[m];
         j.y[m] = y[m]->data;
-        j.first_task[m + 1] = j.first_task[m] + (int)((w[m]->t->ne[1] + DSP_CPU_MM_ROWS - 1) / DSP_CPU_MM_ROWS);
-        if (c->q8 && dsp_cpu_q8_type(w[m]->type)) j.xq = c->xq;
+        const bool q8 = c->q8 && dsp_cpu_q8_type(w[m]->type);
+        if (q8) j.xq = c->xq;
+        j.x_blocks[m] = q8 && n_rows > Q8_TASK_X ? (n_rows + Q8_TASK_X - 1) / Q8_TASK_X : 1;
+        const int64_t wb = j.x_blocks[m] > 1 ? Q8_TASK_W : DSP_CPU_MM_ROWS;
+        j.first_task[m + 1] = j.first_task[m] + (int)((w[m]->t->ne[1] + wb - 1) / wb) * j.x_blocks[m];
     }
     if (j.xq) { /* once for every matrix of the call; a prefill spreads the rows over the pool */
         const int n_chunks = (n_rows + 15) / 16;
