@@ -48,6 +48,8 @@
 #ifndef DSP_BACKEND_CPU_OPS_H
 #define DSP_BACKEND_CPU_OPS_H
 
+#include "core/dtype.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -99,6 +101,8 @@ static inline void dsp_cpu_q8_put_sums(int64_t b, float dx, const int32_t sum[2]
 /* 1 if matmul_q8 takes weights of this type (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K); the other types
  * keep f32 activations in every precision */
 int dsp_cpu_q8_type(uint32_t type);
+/* the q8 types whose blocks have a min M_w (ops.h: the second FMA per block) */
+static inline int dsp_cpu_q8_has_min(uint32_t type) { return type == DSP_Q4_1 || type == DSP_Q4_K || type == DSP_Q5_K; }
 
 /* y[i*ldy + r] = q8 dot of W row r with q8 row i (at xq + i*ldq bytes), r in [r0, r1), i < n_x.
  * type must pass dsp_cpu_q8_type; `in` is a whole number of the type's blocks. */

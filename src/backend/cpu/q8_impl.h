@@ -28,6 +28,8 @@ static inline vf vand(vf a, vf b) { return _mm512_and_ps(a, b); }
 typedef __m512i VI32;
 #define VCVT_I32(v) _mm512_cvtps_epi32(v)
 #define VSTORE_I8(p, v) _mm_storeu_si128((__m128i *)(p), _mm512_cvtepi32_epi8(v))
+#define Q8_MAXX 12 /* activation rows per tile */
+typedef __m512 lanes16;
 #else
 typedef __m256i vi;
 #define NVI 8 /* 1 block each */
@@ -42,29 +44,11 @@ static inline void VSTORE_I8(int8_t *p, __m256i v) { /* 8 int32 in [-127, 127] -
     __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     _mm_storel_epi64((__m128i *)p, _mm_packs_epi16(w, w));
 }
-#endif
-#if VW == 16
-#define Q8_MAXX 12 /* activation rows per tile */
-typedef __m512 lanes16;
-#else
 #define Q8_MAXX 4 /* (16 registers) */
 typedef struct lanes16 {
     __m256 v[2]; /* blocks 0-3, 4-7 */
 } lanes16;
 #endif
-
-/* bytes of one 8-block step of a row (a K-quant super-block) and of one block (legacy types) */
-static inline int64_t q8_step_bytes(uint32_t type) {
-    switch (type) {
-    case DSP_Q8_0: return 8 * 34;
-    case DSP_Q4_0: return 8 * 18;
-    case DSP_Q4_1: return 8 * 20;
-    case DSP_Q4_K: return 144;
-    case DSP_Q5_K: return 176;
-    default: return 210; /* Q6_K */
-    }
-}
-static inline int q8_block_bytes(uint32_t type) { return type == DSP_Q8_0 ? 34 : type == DSP_Q4_0 ? 18 : 20; }
 
 /* log2 of the unsigned-weight offset o, or -1 for none (see the top of this file) */
 static inline int q8_offset_shift(uint32_t type) {
@@ -77,7 +61,6 @@ static inline int q8_offset_shift(uint32_t type) {
     default: return -1;
     }
 }
-static inline int q8_has_min(uint32_t type) { return type == DSP_Q4_1 || type == DSP_Q4_K || type == DSP_Q5_K; }
 
 /* one unpacked step of a weight row, in the q8 rows' interleaved order: vector k (AVX-512) or
  * vectors 2k, 2k + 1 (AVX2: blocks 0-3, 4-7) hold weights 8k..8k+7 of each of the 8 blocks */
@@ -294,7 +277,7 @@ AI lanes16 q8_step(const uint32_t type, const q8w *w, const uint8_t *xr, int64_t
     q8_sums(type, w, dsp_cpu_q8_q(xr) + 32 * b0, acc);
     L = _mm512_fmadd_ps(_mm512_mul_ps(w->D, dx), _mm512_cvtepi32_ps(acc[0]), L);
     if (type == DSP_Q6_K) L = _mm512_fmadd_ps(_mm512_mul_ps(w->Dh, dx), _mm512_cvtepi32_ps(acc[1]), L);
-    if (q8_has_min(type)) L = _mm512_fmadd_ps(w->M, _mm512_loadu_ps(dsp_cpu_q8_s(xr, nbp) + 2 * b0), L);
+    if (dsp_cpu_q8_has_min(type)) L = _mm512_fmadd_ps(w->M, _mm512_loadu_ps(dsp_cpu_q8_s(xr, nbp) + 2 * b0), L);
     return L;
 }
 AI float q8_lanes_sum(lanes16 L) { return hsum8(_mm256_add_ps(_mm512_castps512_ps256(L), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(L), 1)))); }
@@ -333,7 +316,7 @@ AI lanes16 q8_step(const uint32_t type, const q8w *w, const uint8_t *xr, int64_t
         const __m256 dx = _mm256_loadu_ps(dsp_cpu_q8_d(xr, nbp) + 2 * b0 + 8 * h);
         L.v[h] = _mm256_fmadd_ps(_mm256_mul_ps(w->D.v[h], dx), _mm256_cvtepi32_ps(acc[h]), L.v[h]);
         if (type == DSP_Q6_K) L.v[h] = _mm256_fmadd_ps(_mm256_mul_ps(w->Dh.v[h], dx), _mm256_cvtepi32_ps(acc[2 + h]), L.v[h]);
-        if (q8_has_min(type)) L.v[h] = _mm256_fmadd_ps(w->M.v[h], _mm256_loadu_ps(dsp_cpu_q8_s(xr, nbp) + 2 * b0 + 8 * h), L.v[h]);
+        if (dsp_cpu_q8_has_min(type)) L.v[h] = _mm256_fmadd_ps(w->M.v[h], _mm256_loadu_ps(dsp_cpu_q8_s(xr, nbp) + 2 * b0 + 8 * h), L.v[h]);
     }
     return L;
 }
@@ -357,7 +340,7 @@ AI void q8_tile_step(const uint32_t type, const int XR, const uint8_t *p, const 
 AI void q8_tile(const uint32_t type, const int XR, const uint8_t *row, int64_t in, const uint8_t *xq, size_t ldq, float *y, int64_t ldy,
                 int64_t pf) {
     if (XR > Q8_MAXX) return;
-    const int64_t nb = in / 32, nbp = dsp_cpu_q8_nbp(in), SB = q8_step_bytes(type);
+    const int64_t nb = in / 32, nbp = dsp_cpu_q8_nbp(in), SB = row_bytes_of(type, 256); /* one step */
     lanes16 L[Q8_MAXX];
     _Pragma("GCC unroll 8")
     for (int i = 0; i < XR; i++) L[i] = q8_lanes_zero();
@@ -370,7 +353,7 @@ AI void q8_tile(const uint32_t type, const int XR, const uint8_t *row, int64_t i
     }
     if (b0 < nb) { /* the last, partial step (legacy types only): zero blocks after the row's end */
         _Alignas(64) uint8_t tail[8 * 34] = {0};
-        memcpy(tail, row + b0 / 8 * SB, (size_t)(nb - b0) * (size_t)q8_block_bytes(type));
+        memcpy(tail, row + b0 / 8 * SB, (size_t)row_bytes_of(type, 32 * (nb - b0)));
         q8_tile_step(type, XR, tail, xq, ldq, nbp, b0, L);
     }
     _Pragma("GCC unroll 8")

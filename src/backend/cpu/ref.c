@@ -175,7 +175,7 @@ float dsp_cpu_q8_dot_ref(uint32_t type, const void *wrow, const void *xq, int64_
     const int64_t nb = n / 32, nbp = dsp_cpu_q8_nbp(n);
     const int8_t *xqs = dsp_cpu_q8_q(xq);
     const float *dx = dsp_cpu_q8_d(xq, nbp), *sx = dsp_cpu_q8_s(xq, nbp);
-    const int has_min = type == DSP_Q4_1 || type == DSP_Q4_K || type == DSP_Q5_K;
+    const int has_min = dsp_cpu_q8_has_min(type);
     float L[16] = {0};
     for (int64_t b = 0; b < nbp; b++) {
         int q[32] = {0};
