@@ -65,6 +65,8 @@ const char *dsp_device_to_string(dsp_device d) {
     return "unknown";
 }
 
+const char *dsp_precision_to_string(dsp_precision p) { return p == DSP_PRECISION_F32 ? "f32" : "q8"; }
+
 const char *dsp_spec_mode_to_string(dsp_spec_mode m) {
     switch (m) {
     case DSP_SPEC_BASELINE: return "baseline";
@@ -145,7 +147,8 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     e->max_batch = p.max_batch;
     e->next_id = 1;
     _Static_assert((int)DSP_DEVICE_CPU == (int)DSP_BACKEND_CPU && (int)DSP_DEVICE_CUDA == (int)DSP_BACKEND_CUDA, "device = backend kind");
-    dsp_backend_params bp = {.kind = (dsp_backend_kind)p.device, .n_threads = p.n_threads, .gpu = p.gpu, .progress = p.progress};
+    dsp_backend_params bp = {.kind = (dsp_backend_kind)p.device, .n_threads = p.n_threads, .gpu = p.gpu, .progress = p.progress,
+                             .f32_activations = p.precision == DSP_PRECISION_F32};
     dsp_status st = dsp_backend_create(&bp, &e->be);
     if (st) {
         free(e);
