@@ -201,7 +201,8 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
     if (params->quantize) {
         if (!strcmp(params->quantize, "q8_0")) qtype = DSP_Q8_0;
         else if (!strcmp(params->quantize, "q4_0")) qtype = DSP_Q4_0;
-        else return dsp_error(DSP_ERR_INVALID_ARG, "quantize: '%s' is not one of q8_0, q4_0", params->quantize);
+        else if (!strcmp(params->quantize, "q4_k")) qtype = DSP_Q4_K;
+        else return dsp_error(DSP_ERR_INVALID_ARG, "quantize: '%s' is not one of q8_0, q4_0, q4_k", params->quantize);
     }
     /* a path that is neither a file nor a directory may be a repo id in the hub cache */
     char *resolved = NULL;
