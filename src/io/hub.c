@@ -96,7 +96,7 @@ dsp_status dsp_hub_resolve_cached(const char *s, char **out) {
         snprintf(ref, sizeof ref, "refs/%s", r.rev);
         char *rp = dsp_path_join(repo, ref), *txt = NULL;
         size_t n = 0;
-        st = rp ? dsp_file_read_all(rp, 4096, &txt, &n) : dsp_error(DSP_ERR_NOMEM, "no memory");
+        st = rp ? dsp_file_read(rp, 4096, &txt, &n) : dsp_error(DSP_ERR_NOMEM, "no memory");
         free(rp);
         if (st) {
             dsp_error(DSP_ERR_NOT_FOUND, "%s is not in the Hugging Face cache (%s/%s missing); `dspark pull %s` downloads it", s, repo, ref, s);

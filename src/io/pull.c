@@ -710,7 +710,7 @@ static char *read_token(void) {
     else if ((e = getenv("HOME")) && *e) path = dsp_path_join(e, ".cache/huggingface/token");
     char *tok = NULL;
     size_t n = 0;
-    if (path && dsp_file_exists(path) && dsp_file_read_all(path, 4096, &tok, &n) == DSP_OK) {
+    if (path && dsp_file_exists(path) && dsp_file_read(path, 4096, &tok, &n) == DSP_OK) {
         while (n && (tok[n - 1] == '\n' || tok[n - 1] == '\r' || tok[n - 1] == ' ')) tok[--n] = '\0';
         if (!n) free(tok), tok = NULL;
     }

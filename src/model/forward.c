@@ -149,8 +149,8 @@ dsp_status dsp_fwd_create(const dsp_model *m, const dsp_fwd_params *pp, dsp_fwd 
     f->max_logits = p.max_logits;
     f->max_taps = p.max_taps;
     f->n_ctx = p.n_ctx;
-    f->q_dim = hp->n_head * hp->head_dim;
-    f->kv_dim = hp->n_head_kv * hp->head_dim;
+    f->q_dim = hp->q_dim;
+    f->kv_dim = hp->kv_dim;
     dsp_status st = DSP_OK;
     if (p.backend) {
         f->be = p.backend;

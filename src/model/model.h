@@ -62,5 +62,8 @@ dsp_status dsp_model_own_reserve(dsp_model *m, int cap);
 dsp_status dsp_hf_load(dsp_model *m, const char *dir, const dsp_model_params *p);
 /* Replace F32/F16/BF16 matrices by `type` (Q8_0, Q4_0) at load (quantize.c). */
 dsp_status dsp_model_quantize(dsp_model *m, uint32_t type, int n_threads, bool progress);
+/* dsp_model_load from a GGUF image in memory (tests, fuzzers); data must outlive the model and
+ * label names it in messages. */
+dsp_status dsp_model_load_memory(const void *data, size_t size, const char *label, const dsp_model_params *params, dsp_model **out);
 
 #endif

@@ -2,6 +2,7 @@
  * and composition never look a combining class up twice. */
 #include "tok/nfc.h"
 
+#include "core/utf8.h"
 #include "tok/nfc_table.h"
 
 #include <stdlib.h>
@@ -97,23 +98,11 @@ static uint32_t compose(uint32_t a, uint32_t b) {
 
 /* ---- UTF-8 (the text is valid) --------------------------------------------------------------- */
 
-static inline uint32_t next_cp(const uint8_t *s, size_t *i) {
-    uint8_t c = s[*i];
-    if (c < 0x80) return (*i)++, c;
-    if (c < 0xE0) return *i += 2, (uint32_t)(c & 0x1F) << 6 | (s[*i - 1] & 0x3F);
-    if (c < 0xF0) return *i += 3, (uint32_t)(c & 0x0F) << 12 | (uint32_t)(s[*i - 2] & 0x3F) << 6 | (s[*i - 1] & 0x3F);
-    *i += 4;
-    return (uint32_t)(c & 0x07) << 18 | (uint32_t)(s[*i - 3] & 0x3F) << 12 | (uint32_t)(s[*i - 2] & 0x3F) << 6 | (s[*i - 1] & 0x3F);
-}
-
-static inline size_t put_cp(uint32_t cp, char *o) {
-    if (cp < 0x80) return o[0] = (char)cp, 1;
-    if (cp < 0x800) return o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 0x3F)), 2;
-    if (cp < 0x10000)
-        return o[0] = (char)(0xE0 | cp >> 12), o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)), o[2] = (char)(0x80 | (cp & 0x3F)), 3;
-    o[0] = (char)(0xF0 | cp >> 18), o[1] = (char)(0x80 | ((cp >> 12) & 0x3F)), o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
+static inline uint32_t next_cp(const uint8_t *s, size_t n, size_t *i) {
+    size_t l;
+    uint32_t cp = dsp_utf8_decode(s + *i, n - *i, &l);
+    *i += l;
+    return cp;
 }
 
 /* ---- quick check ----------------------------------------------------------------------------- */
@@ -140,7 +129,7 @@ static size_t qc_scan(const uint8_t *s, size_t n, size_t *bad) {
             boundary = at, last = 0;
             continue;
         }
-        uint32_t cp = next_cp(s, &i);
+        uint32_t cp = next_cp(s, n, &i);
         if (!in_block(cp)) {
             boundary = at, last = 0;
             continue;
@@ -158,10 +147,10 @@ static size_t qc_scan(const uint8_t *s, size_t n, size_t *bad) {
 
 /* the first normalization boundary after the character at i, or n */
 static size_t next_boundary(const uint8_t *s, size_t i, size_t n) {
-    next_cp(s, &i);
+    next_cp(s, n, &i);
     while (i < n) {
         size_t at = i;
-        uint32_t cp = next_cp(s, &i);
+        uint32_t cp = next_cp(s, n, &i);
         if (cp < 0x300 || !in_block(cp) || (!ccc_of(cp) && qc_of(cp) == QC_YES)) return at;
     }
     return n;
@@ -275,14 +264,14 @@ static dsp_status normalize_span(dsp_nfc_scratch *sc, const uint8_t *s, size_t n
         if (ncp + DSP_NFC_MAX_DECOMP > sc->cp_cap &&
             (st = reserve((void **)&sc->cp, &sc->cp_cap, ncp + DSP_NFC_MAX_DECOMP + (n - i), sizeof *sc->cp)))
             return st;
-        decompose(next_cp(s, &i), sc->cp, &ncp);
+        decompose(next_cp(s, n, &i), sc->cp, &ncp);
     }
     if ((st = reserve((void **)&sc->tmp, &sc->tmp_cap, ncp, sizeof *sc->tmp))) return st;
     reorder(sc->cp, ncp, sc->tmp);
     ncp = compose_all(sc->cp, ncp);
     char buf[4];
     for (size_t k = 0; k < ncp; k++)
-        if ((st = append(sc, o, buf, put_cp(sc->cp[k] & CP_MASK, buf), max_out))) return st;
+        if ((st = append(sc, o, buf, dsp_utf8_encode(sc->cp[k] & CP_MASK, buf), max_out))) return st;
     return DSP_OK;
 }
 

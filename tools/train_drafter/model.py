@@ -1,0 +1,263 @@
+"""The block drafter (DSpark / DeepSpec-DFlash) in PyTorch, written for this project from the DSpark
+paper and ../shared/docs/DRAFTERS.md (sections 1.5, 2.3-2.8). Parameter names are those of
+DeepSpec's Qwen3DSparkModel, so `state_dict()` is DeepSpec's published checkpoint layout.
+
+Shapes: H hidden, nT taps, V vocab, r Markov rank, g block size (slots 0..g-1; slot k predicts
+the token at anchor + k + 1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """Qwen3RMSNorm: normalise in float32, scale by the weight in the input's dtype."""
+
+    def __init__(self, n: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dt = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dt)
+
+
+def rope_tables(pos: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [..., head_dim] for integer positions (default rope, rotate-half layout)."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=pos.device, dtype=torch.int64).float() / head_dim))
+    f = pos.float()[..., None] * inv
+    emb = torch.cat([f, f], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [b, heads, n, hd]; cos/sin [b, n, hd]."""
+    h = x.shape[-1] // 2
+    rot = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+    return x * cos[:, None].to(x.dtype) + rot * sin[:, None].to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, c: dict):
+        super().__init__()
+        H, self.nh, self.nkv, self.hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        self.q_proj = nn.Linear(H, self.nh * self.hd, bias=False)
+        self.k_proj = nn.Linear(H, self.nkv * self.hd, bias=False)
+        self.v_proj = nn.Linear(H, self.nkv * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.nh * self.hd, H, bias=False)
+        self.q_norm = RMSNorm(self.hd, c["rms_norm_eps"])
+        self.k_norm = RMSNorm(self.hd, c["rms_norm_eps"])
+
+    def forward(self, x, ctx, rq, rk, mask):
+        """x [b, Q, H] block rows; ctx [b, S, H] injected context features; rq/rk rope tables of
+        the queries (block positions) and keys (context then block positions); mask [b, 1, Q, S+Q]."""
+        b, Q, _ = x.shape
+        kv_in = torch.cat([ctx, x], dim=1)
+        q = self.q_norm(self.q_proj(x).view(b, Q, self.nh, self.hd)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(kv_in).view(b, -1, self.nkv, self.hd)).transpose(1, 2)
+        v = self.v_proj(kv_in).view(b, -1, self.nkv, self.hd).transpose(1, 2)
+        q, k = apply_rope(q, *rq), apply_rope(k, *rk)
+        if self.nkv != self.nh:
+            k = k.repeat_interleave(self.nh // self.nkv, dim=1)
+            v = v.repeat_interleave(self.nh // self.nkv, dim=1)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(self.hd))
+        return self.o_proj(o.transpose(1, 2).reshape(b, Q, self.nh * self.hd))
+
+
+class MLP(nn.Module):
+    def __init__(self, c: dict):
+        super().__init__()
+        H, I = c["hidden_size"], c["intermediate_size"]
+        self.gate_proj = nn.Linear(H, I, bias=False)
+        self.up_proj = nn.Linear(H, I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, c: dict):
+        super().__init__()
+        self.self_attn = Attention(c)
+        self.mlp = MLP(c)
+        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+
+    def forward(self, x, ctx, rq, rk, mask):
+        x = x + self.self_attn(self.input_layernorm(x), ctx, rq, rk, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class MarkovHead(nn.Module):
+    """Vanilla Markov head: bias(prev) = W2 W1[prev] (DRAFTERS.md 2.6)."""
+
+    def __init__(self, vocab: int, rank: int):
+        super().__init__()
+        self.markov_w1 = nn.Embedding(vocab, rank)
+        self.markov_w2 = nn.Linear(rank, vocab, bias=False)
+
+
+class ConfidenceHead(nn.Module):
+    def __init__(self, n_in: int):
+        super().__init__()
+        self.proj = nn.Linear(n_in, 1)
+
+
+class Drafter(nn.Module):
+    """c: the drafter's config.json (dict, DeepSpec keys)."""
+
+    def __init__(self, c: dict):
+        super().__init__()
+        self.c = c
+        H, V = c["hidden_size"], c["vocab_size"]
+        self.block_size = int(c["block_size"])
+        self.mask_token_id = int(c["mask_token_id"])
+        self.theta = float(c["rope_parameters"]["rope_theta"])
+        self.embed_tokens = nn.Embedding(V, H)
+        self.lm_head = nn.Linear(H, V, bias=False)
+        self.fc = nn.Linear(len(c["target_layer_ids"]) * H, H, bias=False)
+        self.hidden_norm = RMSNorm(H, c["rms_norm_eps"])
+        self.layers = nn.ModuleList([Layer(c) for _ in range(c["num_hidden_layers"])])
+        self.norm = RMSNorm(H, c["rms_norm_eps"])
+        r = int(c["markov_rank"])
+        self.markov_head = MarkovHead(V, r) if r > 0 else None
+        self.confidence_head = None
+        if c["enable_confidence_head"]:
+            self.confidence_head = ConfidenceHead(H + (r if c["confidence_head_with_markov"] else 0))
+        self.embed_tokens.requires_grad_(False)  # frozen copies of the target's (DeepSpec does the same)
+        self.lm_head.requires_grad_(False)
+
+    def init_weights(self, seed: int, embed: torch.Tensor, head: torch.Tensor) -> None:
+        g = torch.Generator().manual_seed(seed)
+        for name, p in self.named_parameters():
+            if name.endswith("norm.weight"):
+                nn.init.ones_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif name == "markov_head.markov_w2.weight":
+                nn.init.zeros_(p)  # the Markov bias starts at zero and is learned
+            else:
+                with torch.no_grad():
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+        with torch.no_grad():
+            self.embed_tokens.weight.copy_(embed)
+            self.lm_head.weight.copy_(head)
+
+    # ------------------------------------------------------------------------------------
+    def backbone(self, block_ids, block_pos, taps, ctx_pos, mask):
+        """block_ids/block_pos [b, Q]; taps [b, S, nT*H]; ctx_pos [b, S]; mask [b, 1, Q, S+Q].
+        Returns the normed block hidden states [b, Q, H]."""
+        x = self.embed_tokens(block_ids)
+        ctx = self.hidden_norm(self.fc(taps.to(self.fc.weight.dtype)))
+        hd = self.c["head_dim"]
+        rq = rope_tables(block_pos, hd, self.theta)
+        rk = rope_tables(torch.cat([ctx_pos, block_pos], dim=1), hd, self.theta)
+        for layer in self.layers:
+            x = layer(x, ctx, rq, rk, mask)
+        return self.norm(x)
+
+    def markov_bias(self, prev_ids):
+        return self.markov_head.markov_w2(self.markov_head.markov_w1(prev_ids))
+
+    def confidence(self, h, prev_ids):
+        feat = h
+        if self.c.get("confidence_head_with_markov"):
+            feat = torch.cat([h, self.markov_head.markov_w1(prev_ids).to(h.dtype)], dim=-1)
+        return self.confidence_head.proj(feat).squeeze(-1).float()
+
+    def train_forward(self, input_ids, taps, anchors, keep):
+        """Teacher-forced block prediction at sampled anchors (DeepSpec's training forward).
+        input_ids [b, T]; taps [b, T, nT*H]; anchors [b, N] (positions), keep [b, N] bool.
+        Returns logits [b, N, g, V] (Markov-corrected), confidence logits [b, N, g] or None,
+        labels [b, N, g] and label validity [b, N, g] (inside the sequence)."""
+        b, T = input_ids.shape
+        N, g = anchors.shape[1], self.block_size
+        dev = input_ids.device
+        off = torch.arange(g, device=dev)
+        block_ids = torch.full((b, N, g), self.mask_token_id, dtype=torch.long, device=dev)
+        block_ids[:, :, 0] = torch.gather(input_ids, 1, anchors)
+        block_pos = (anchors[:, :, None] + off).reshape(b, N * g)
+        ctx_pos = torch.arange(T, device=dev).expand(b, T)
+        qa = anchors.repeat_interleave(g, dim=1)                              # anchor of each query
+        ctx_vis = ctx_pos[:, None, :] < qa[:, :, None]                         # [b, Q, T]
+        qb = torch.arange(N * g, device=dev) // g
+        blk_vis = (qb[:, None] == qb[None, :]).expand(b, -1, -1)              # [b, Q, Q]
+        mask = torch.cat([ctx_vis, blk_vis], dim=2) & keep.repeat_interleave(g, dim=1)[:, :, None]
+        mask = mask | ~keep.repeat_interleave(g, dim=1)[:, :, None]  # dropped anchors: any row, masked later
+        h = self.backbone(block_ids.reshape(b, N * g), block_pos, taps, ctx_pos, mask[:, None])
+        h = h.view(b, N, g, -1)
+        lab_idx = anchors[:, :, None] + off + 1
+        valid = lab_idx < T
+        labels = torch.gather(input_ids[:, None, :].expand(b, N, T), 2, lab_idx.clamp(max=T - 1))
+        prev = torch.cat([block_ids[:, :, :1], labels[:, :, :-1]], dim=2)
+        logits = self.lm_head(h).float()
+        if self.markov_head is not None:
+            logits = logits + self.markov_bias(prev).float()
+        conf = self.confidence(h, prev) if self.confidence_head is not None else None
+        return logits, conf, labels, valid
+
+    @torch.no_grad()
+    def draft(self, ids, taps, start):
+        """One greedy drafting round for a single sequence: ids [n] (tokens; ids[start] is the
+        anchor), taps [start, nT*H] (context rows 0..start-1). Returns (drafts [g], corrected
+        logits [g, V], confidence logits [g] or None)."""
+        g, dev = self.block_size, ids.device
+        block = torch.full((1, g), self.mask_token_id, dtype=torch.long, device=dev)
+        block[0, 0] = ids[start]
+        pos = torch.arange(start, start + g, device=dev)[None]
+        ctx_pos = torch.arange(start, device=dev)[None]
+        mask = torch.ones(1, 1, g, start + g, dtype=torch.bool, device=dev)
+        h = self.backbone(block, pos, taps[None, :start], ctx_pos, mask)[0]
+        base = self.lm_head(h).float()
+        prev = ids[start]
+        toks, zs, prevs = [], [], []
+        for k in range(g):
+            z = base[k]
+            if self.markov_head is not None:
+                z = z + self.markov_bias(prev[None])[0].float()
+            prevs.append(prev)
+            prev = torch.argmax(z)
+            toks.append(prev)
+            zs.append(z)
+        toks = torch.stack(toks)
+        conf = self.confidence(h, torch.stack(prevs)) if self.confidence_head is not None else None
+        return toks, torch.stack(zs), conf
+
+
+def dspark_loss(logits, target_logits, conf, labels, eval_mask, *, decay: float, ce_w: float,
+                tv_w: float, conf_w: float):
+    """DeepSpec's objective (DRAFTERS.md 2.7, 2.11): per-slot weights exp(-k/decay) on the valid
+    prefix of each block; ce_w * CE(labels) + tv_w * ||p_draft - p_target||_1 + conf_w *
+    BCE(confidence, 1 - TV). Returns (loss, stats dict of detached tensors)."""
+    g = logits.shape[2]
+    w = eval_mask.float() * torch.exp(-torch.arange(g, device=logits.device).float() / decay)
+    den = w.sum().clamp_min(1e-6)
+    ce = (F.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none").view_as(w) * w).sum() / den
+    p = torch.softmax(logits, dim=-1)
+    q = torch.softmax(target_logits.float(), dim=-1)
+    l1 = (p - q).abs().sum(-1)
+    acc = (1.0 - 0.5 * l1).clamp(0.0, 1.0)
+    loss = ce_w * ce
+    stats = {"ce": ce.detach()}
+    if tv_w > 0:
+        tv = (l1 * w).sum() / den
+        loss = loss + tv_w * tv
+        stats["l1"] = tv.detach()
+    if conf is not None and conf_w > 0:
+        bce = (F.binary_cross_entropy_with_logits(conf, acc.detach(), reduction="none") * w).sum() / den
+        loss = loss + conf_w * bce
+        stats["conf_bce"] = bce.detach()
+        stats["conf_abs_err"] = ((torch.sigmoid(conf) - acc).abs() * w).sum().detach() / den
+    m = eval_mask.float()
+    stats["accept_rate_by_slot"] = ((acc * m).sum((0, 1)) / m.sum((0, 1)).clamp_min(1)).detach()
+    stats["loss"] = loss.detach()
+    return loss, stats

@@ -1,0 +1,689 @@
+#!/usr/bin/env python3
+"""Train a DSpark (or DeepSpec-DFlash) block drafter for a target model, by self-distillation.
+
+    python tools/train_drafter/train_drafter.py --target models/SmolLM2-135M-Instruct.Q4_1.gguf \\
+        --work build/train-drafter --out models/drafters/smollm2-dspark [--arch dspark|dflash]
+
+runs every step in order; `--steps prompts,data,train,eval,export` runs some of them. Each step
+is resumable: it skips work whose output exists (data shards, the training checkpoint) and
+continues where it stopped.
+
+  prompts  WORK/prompts.jsonl: chat, code and explanation prompts from material on this machine
+           (Debian package descriptions, the Python standard library, prompts written for the
+           project), ~3% held out, plus bench/prompts' chat and copy-heavy sets (eval only).
+  data     WORK/data/*.pt: the target's own answers (self-distillation): greedy for every prompt,
+           plus sampled ones (--sample-temp) for a share of the training prompts; eval prompts get
+           greedy answers only. --data-seconds bounds the time.
+  train    WORK/ckpt/: DeepSpec's objective (DRAFTERS.md 2.7): block prediction from injected tap
+           features at random anchors, Markov head, confidence head trained on 1 - TV(draft,
+           target); loss 0.1 CE + 0.9 L1 + 1.0 BCE, slot weights exp(-k/4); AdamW, bf16 autocast
+           on CUDA, fixed seed, a progress bar, logged loss and per-slot acceptance (1 - TV) on
+           held-out data, checkpoints (--train-seconds bounds the time).
+  eval     WORK/metrics.json: greedy speculative decoding simulated on the held-out answers:
+           per-slot acceptance and mean accepted length per round (bonus token included), per
+           prompt source; confidence-threshold trade-off.
+  export   OUT/: config.json + model.safetensors in DeepSpec's published layout (Qwen3DSparkModel,
+           top-level keys, embed_tokens/lm_head copies of the target's), loadable by DeepSpec's
+           Qwen3DSparkModel.from_pretrained and by `dspark --draft-model`. --core-only writes the
+           trained tensors without the embed/lm_head copies, in shards <= 15 MiB (for moving off
+           a GPU machine); `export --core DIR` assembles the full drafter from such a folder.
+
+A target is a GGUF file (transformers dequantizes it, gguf_file=) or a Hugging Face directory.
+Needs requirements-drafters.txt (torch, transformers, safetensors, gguf for GGUF targets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import random
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+STEPS = ("prompts", "data", "train", "eval", "export")
+
+
+def log(msg: str) -> None:
+    print(f"[train_drafter {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# target
+
+def load_target(path: str, device):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if path.endswith(".gguf"):
+        d, f = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+        model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(path)
+    model.requires_grad_(False)
+    return model.to(device).eval(), tok
+
+
+def stop_ids(model, tok) -> list[int]:
+    e = getattr(model.generation_config, "eos_token_id", None)
+    if e is None:
+        e = tok.eos_token_id
+    e = [e] if isinstance(e, int) else list(e or [])
+    if tok.eos_token_id is not None:
+        e.append(tok.eos_token_id)
+    for t in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):  # chat-turn ends (SmolLM2's GGUF says EOS = 1)
+        tid = tok.convert_tokens_to_ids(t)
+        if isinstance(tid, int) and tid != tok.unk_token_id and tid >= 0:
+            e.append(tid)
+    return sorted({int(x) for x in e})
+
+
+def default_taps(n_layers: int, n: int) -> list[int]:
+    """n tap layers spread from 1 to n_layers-3 (z-lab's build_target_layer_ids rule)."""
+    if n == 1:
+        return [n_layers // 2]
+    return sorted({round(1 + i * (n_layers - 4) / (n - 1)) for i in range(n)})
+
+
+def pick_mask_token(tok, vocab: int, eos: list[int]) -> int:
+    """An id the tokenizer never produces from text: an added special token that is not BOS/EOS/
+    PAD or a chat-template marker (SmolLM2: <empty_output>, 16)."""
+    skip = set(eos) | {tok.bos_token_id, tok.pad_token_id, tok.unk_token_id}
+    cand = []
+    for tid, t in getattr(tok, "added_tokens_decoder", {}).items():
+        s = str(t)
+        if tid in skip or tid >= vocab or "im_start" in s or "im_end" in s:
+            continue
+        cand.append(tid)
+    if not cand:
+        raise SystemExit("no unused special token to use as the mask token: pass --mask-token-id")
+    return max(cand)
+
+
+def drafter_config(target, args, mask_id: int) -> dict:
+    tc = target.config
+    nl = int(tc.num_hidden_layers)
+    taps = [int(x) for x in args.taps.split(",")] if args.taps else default_taps(nl, args.n_taps)
+    if max(taps) >= nl - 1 or min(taps) < -1:
+        raise SystemExit(f"tap layers {taps} must be in -1..{nl - 2} (the last layer is refused, as DeepSpec does)")
+    rope = getattr(tc, "rope_parameters", None) or {"rope_theta": getattr(tc, "rope_theta", 10000.0),
+                                                    "rope_type": "default"}
+    if rope.get("rope_type", "default") != "default":
+        raise SystemExit(f"target rope type {rope.get('rope_type')!r}: only default RoPE is supported")
+    hd = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
+    dspark = args.arch == "dspark"
+    c = {
+        "architectures": ["Qwen3DSparkModel"],
+        "model_type": "qwen3",
+        "vocab_size": int(tc.vocab_size),
+        "hidden_size": int(tc.hidden_size),
+        "intermediate_size": int(args.ffn or tc.intermediate_size),
+        "num_hidden_layers": int(args.layers),
+        "num_attention_heads": int(tc.num_attention_heads),
+        "num_key_value_heads": int(tc.num_key_value_heads),
+        "head_dim": int(hd),
+        "hidden_act": "silu",
+        "max_position_embeddings": int(tc.max_position_embeddings),
+        "rms_norm_eps": float(tc.rms_norm_eps),
+        "rope_parameters": {"rope_theta": float(rope["rope_theta"]), "rope_type": "default"},
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "layer_types": ["full_attention"] * int(args.layers),
+        "tie_word_embeddings": False,
+        "bos_token_id": getattr(tc, "bos_token_id", None),
+        "eos_token_id": getattr(tc, "eos_token_id", None),
+        "pad_token_id": getattr(tc, "pad_token_id", None),
+        "num_target_layers": nl,
+        "block_size": int(args.block),
+        "mask_token_id": int(mask_id),
+        "target_layer_ids": taps,
+        "num_anchors": int(args.anchors),
+        "enable_confidence_head": dspark,
+        "markov_rank": int(args.markov_rank) if dspark else 0,
+    }
+    if dspark:
+        c["confidence_head_with_markov"] = True
+        c["markov_head_type"] = "vanilla"
+    return c
+
+
+def target_forward(target, ids, attn, taps: list[int]):
+    """(taps [b, T, nT*H], target logits [b, T, V]) - DeepSpec's tap convention: layer L's
+    output is hidden_states[L + 1], -1 the embedding output."""
+    import torch
+    out = target(input_ids=ids, attention_mask=attn, output_hidden_states=True, use_cache=False)
+    hs = out.hidden_states
+    return torch.cat([hs[0 if t == -1 else t + 1] for t in taps], dim=-1), out.logits
+
+
+# --------------------------------------------------------------------------------------------
+# steps
+
+def step_prompts(args) -> None:
+    import prompts as P
+    path = os.path.join(args.work, "prompts.jsonl")
+    if os.path.exists(path):
+        log(f"prompts: {path} exists, kept")
+        return
+    ps = P.build(ROOT, args.n_debian, args.n_python, args.eval_pct, args.seed)
+    os.makedirs(args.work, exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        for p in ps:
+            f.write(json.dumps(p, ensure_ascii=False) + "\n")
+    os.replace(path + ".tmp", path)
+    counts = {}
+    for p in ps:
+        k = f"{p['split']}/{p['source']}"
+        counts[k] = counts.get(k, 0) + 1
+    log(f"prompts: {len(ps)} -> {path} {json.dumps(counts, sort_keys=True)}")
+
+
+def read_prompts(args) -> list[dict]:
+    with open(os.path.join(args.work, "prompts.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def step_data(args, target, tok, device) -> None:
+    import torch
+    from tqdm import tqdm
+    ddir = os.path.join(args.work, "data")
+    os.makedirs(ddir, exist_ok=True)
+    ps = read_prompts(args)
+    eos = stop_ids(target, tok)
+    rng = random.Random(args.seed)
+    jobs = []  # (prompt, mode): eval prompts first (greedy), then training prompts
+    for p in ps:
+        if p["split"] == "eval":
+            jobs.append((p, "greedy"))
+    train = [p for p in ps if p["split"] == "train"]
+    for p in train:
+        jobs.append((p, "greedy"))
+        if rng.random() < args.sample_frac:
+            jobs.append((p, "sampled"))
+    ev = [j for j in jobs if j[0]["split"] == "eval"]
+    tr = [j for j in jobs if j[0]["split"] == "train"]
+    rng.shuffle(tr)
+    jobs = ev + tr
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    bs = args.gen_batch
+    done = {os.path.basename(f) for f in glob.glob(os.path.join(ddir, "shard-*.pt"))}
+    t0 = time.time()
+    n_batches = (len(jobs) + bs - 1) // bs
+    bar = tqdm(range(n_batches), desc="data", unit="batch", mininterval=5)
+    for bi in bar:
+        name = f"shard-{bi:05d}.pt"
+        if name in done:
+            continue
+        if args.data_seconds and time.time() - t0 > args.data_seconds:
+            log(f"data: time budget reached after {bi} of {n_batches} batches")
+            break
+        batch = jobs[bi * bs:(bi + 1) * bs]
+        texts = [tok.apply_chat_template(p["messages"], add_generation_prompt=True, tokenize=False)
+                 for p, _ in batch]
+        enc = [tok(t, add_special_tokens=False)["input_ids"][-args.max_prompt:] for t in texts]
+        records = []
+        for mode in ("greedy", "sampled"):
+            idx = [i for i, (_, m) in enumerate(batch) if m == mode]
+            if not idx:
+                continue
+            L = max(len(enc[i]) for i in idx)
+            ids = torch.full((len(idx), L), tok.pad_token_id, dtype=torch.long)
+            att = torch.zeros((len(idx), L), dtype=torch.long)
+            for r, i in enumerate(idx):
+                ids[r, L - len(enc[i]):] = torch.tensor(enc[i])
+                att[r, L - len(enc[i]):] = 1
+            kw = dict(do_sample=False) if mode == "greedy" else dict(
+                do_sample=True, temperature=args.sample_temp, top_p=0.95, top_k=0)
+            torch.manual_seed(args.seed * 1000003 + bi)
+            with torch.inference_mode():
+                out = target.generate(input_ids=ids.to(device), attention_mask=att.to(device),
+                                      max_new_tokens=args.max_new, eos_token_id=eos,
+                                      pad_token_id=tok.pad_token_id, **kw)
+            for r, i in enumerate(idx):
+                ans = out[r, L:].tolist()
+                cut = next((j + 1 for j, t in enumerate(ans) if t in eos), len(ans))
+                p = batch[i][0]
+                records.append({"id": p["id"], "split": p["split"], "source": p["source"],
+                                "mode": mode, "prompt_len": len(enc[i]), "ids": enc[i] + ans[:cut]})
+        torch.save(records, os.path.join(ddir, name + ".tmp"))
+        os.replace(os.path.join(ddir, name + ".tmp"), os.path.join(ddir, name))
+    n = len(glob.glob(os.path.join(ddir, "shard-*.pt")))
+    log(f"data: {n} shards in {ddir} ({time.time() - t0:.0f} s this run)")
+
+
+def read_data(args) -> tuple[list[dict], list[dict]]:
+    import torch
+    recs = []
+    for f in sorted(glob.glob(os.path.join(args.work, "data", "shard-*.pt"))):
+        recs += torch.load(f)
+    tr = [r for r in recs if r["split"] == "train" and len(r["ids"]) - r["prompt_len"] >= 2]
+    ev = [r for r in recs if r["split"] == "eval" and len(r["ids"]) - r["prompt_len"] >= 2]
+    return tr, ev
+
+
+def make_batch(recs, pad: int, max_len: int, device):
+    import torch
+    L = min(max(len(r["ids"]) for r in recs), max_len)
+    ids = torch.full((len(recs), L), pad, dtype=torch.long)
+    att = torch.zeros((len(recs), L), dtype=torch.long)
+    lm = torch.zeros((len(recs), L), dtype=torch.float32)
+    for i, r in enumerate(recs):
+        x = r["ids"][:L]
+        ids[i, :len(x)] = torch.tensor(x)
+        att[i, :len(x)] = 1
+        lm[i, r["prompt_len"]:len(x)] = 1.0
+    return ids.to(device), att.to(device), lm.to(device)
+
+
+def sample_anchors(lm, n: int, gen):
+    """Up to n anchors per row among positions a with loss_mask[a] and loss_mask[a+1] (the first
+    label is an answer token), sorted; keep marks real ones (DeepSpec's sample_anchor_positions)."""
+    import torch
+    b, T = lm.shape
+    valid = (lm[:, :-1] > 0.5) & (lm[:, 1:] > 0.5)
+    r = torch.rand(valid.shape, generator=gen, device="cpu").to(lm.device)
+    r = torch.where(valid, r, torch.full_like(r, 2.0))
+    order = r.argsort(dim=1)[:, :n]
+    cnt = valid.sum(1, keepdim=True).clamp(max=n)
+    keep = torch.arange(order.shape[1], device=lm.device)[None] < cnt
+    anchors = torch.where(keep, order, torch.zeros_like(order))
+    anchors, perm = anchors.sort(dim=1)
+    keep = torch.gather(keep, 1, perm)
+    if anchors.shape[1] < n:
+        pad = n - anchors.shape[1]
+        anchors = torch.cat([anchors, anchors.new_zeros(b, pad)], 1)
+        keep = torch.cat([keep, keep.new_zeros(b, pad)], 1)
+    return anchors, keep
+
+
+def block_terms(drafter, target, ids, att, lm, anchors, keep, autocast):
+    """Draft logits, confidence, labels, eval mask and aligned target logits for sampled anchors."""
+    import torch
+    with torch.no_grad():
+        taps, tlogits = target_forward(target, ids, att, drafter.c["target_layer_ids"])
+    with autocast:
+        logits, conf, labels, valid = drafter.train_forward(ids, taps, anchors, keep)
+    g = drafter.block_size
+    T = ids.shape[1]
+    lab_idx = (anchors[:, :, None] + torch.arange(g, device=ids.device) + 1).clamp(max=T - 1)
+    in_answer = torch.gather(lm[:, None, :].expand(-1, anchors.shape[1], -1), 2, lab_idx) > 0.5
+    emask = (valid & in_answer & keep[:, :, None]).int().cumprod(-1).bool()
+    rows = torch.arange(ids.shape[0], device=ids.device)[:, None, None]
+    tl = tlogits[rows, lab_idx - 1]  # the target's distribution for each label position
+    return logits, conf, labels, emask, tl
+
+
+def core_state(drafter) -> dict:
+    return {k: v for k, v in drafter.state_dict().items() if k not in ("embed_tokens.weight", "lm_head.weight")}
+
+
+def build_drafter(cfg, target, device, seed: int):
+    import torch
+    from model import Drafter
+    d = Drafter(cfg)
+    emb = target.get_input_embeddings().weight.detach().float().cpu()
+    head = target.get_output_embeddings().weight.detach().float().cpu()
+    d.init_weights(seed, emb, head)
+    return d.to(device)
+
+
+def step_train(args, target, tok, device) -> None:
+    import contextlib
+    import torch
+    from tqdm import tqdm
+    from model import dspark_loss
+    cdir = os.path.join(args.work, "ckpt")
+    os.makedirs(cdir, exist_ok=True)
+    cfg_path = os.path.join(cdir, "config.json")
+    if os.path.exists(cfg_path):
+        with open(cfg_path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    else:
+        eos = stop_ids(target, tok)
+        mask = args.mask_token_id if args.mask_token_id is not None else pick_mask_token(tok, target.config.vocab_size, eos)
+        cfg = drafter_config(target, args, mask)
+        with open(cfg_path, "w", encoding="utf-8") as f:
+            json.dump(cfg, f, indent=2)
+    torch.manual_seed(args.seed)
+    drafter = build_drafter(cfg, target, device, args.seed)
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    state_path = os.path.join(cdir, "state.pt")
+    step, elapsed = 0, 0.0
+    gen = torch.Generator().manual_seed(args.seed)
+    if os.path.exists(state_path):
+        st = torch.load(state_path, map_location=device, weights_only=False)
+        drafter.load_state_dict(st["model"], strict=False)
+        opt.load_state_dict(st["opt"])
+        step, elapsed = st["step"], st["elapsed"]
+        gen.set_state(st["gen"])
+        random.setstate(st["py_rng"])
+        log(f"train: resumed at step {step} ({elapsed:.0f} s trained)")
+    else:
+        random.seed(args.seed)
+    tr, ev = read_data(args)
+    if not tr:
+        raise SystemExit("train: no training data (run the data step)")
+    n_params = sum(p.numel() for p in params)
+    log(f"train: {len(tr)} training sequences, {len(ev)} held out, {n_params / 1e6:.2f}M trainable parameters")
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    cuda = device.type == "cuda"
+    amp = args.amp if args.amp is not None else cuda
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext()
+    weights = dict(decay=args.loss_decay, ce_w=args.ce_w, tv_w=args.tv_w, conf_w=args.conf_w)
+    if cfg["markov_rank"] == 0:
+        weights.update(ce_w=1.0, tv_w=0.0, conf_w=0.0)  # DeepSpec's DFlash recipe: CE only
+    logf = open(os.path.join(args.work, "train_log.jsonl"), "a", encoding="utf-8")
+    ev_batches = [ev[i:i + args.batch] for i in range(0, min(len(ev), args.eval_seqs), args.batch)]
+
+    def held_out():
+        drafter.eval()
+        egen = torch.Generator().manual_seed(1234)
+        acc_sum, n_sum, tau = 0, 0, []
+        with torch.no_grad():
+            for eb in ev_batches:
+                ids, att, lm = make_batch(eb, pad, args.max_len, device)
+                anchors, keep = sample_anchors(lm, args.anchors, egen)
+                logits, conf, labels, emask, tl = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast)
+                _, s = dspark_loss(logits, tl, conf, labels, emask, **weights)
+                p = torch.softmax(logits, -1)
+                q = torch.softmax(tl.float(), -1)
+                acc = (1 - 0.5 * (p - q).abs().sum(-1)).clamp(0, 1) * emask
+                acc_sum = acc_sum + acc.sum((0, 1))
+                n_sum = n_sum + emask.float().sum((0, 1))
+                blocks = keep & emask[:, :, 0]
+                tau.append(((acc.cumprod(-1).sum(-1) + 1)[blocks]).cpu())
+        drafter.train()
+        return {"heldout_accept_by_slot": [round(float(x), 4) for x in (acc_sum / n_sum.clamp_min(1))],
+                "heldout_expected_accept_len": round(float(torch.cat(tau).mean()), 4)}
+
+    bar = tqdm(total=args.train_steps, initial=step, desc="train", unit="step", mininterval=5)
+    t_start = time.time() - elapsed
+
+    def progress() -> float:
+        """Share of the run done: by steps, or by time under --train-seconds (whichever is further);
+        the learning-rate schedule follows it, so a time-bounded run still decays to the end."""
+        p = step / args.train_steps
+        if args.train_seconds:
+            p = max(p, (time.time() - t_start) / args.train_seconds)
+        return min(p, 1.0)
+
+    warm = min(100, args.train_steps // 10 + 1)
+    drafter.train()
+    while progress() < 1.0:
+        recs = random.sample(tr, min(args.batch, len(tr)))
+        ids, att, lm = make_batch(recs, pad, args.max_len, device)
+        anchors, keep = sample_anchors(lm, args.anchors, gen)
+        logits, conf, labels, emask, tl = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast)
+        loss, s = dspark_loss(logits, tl, conf, labels, emask, **weights)
+        lr = args.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress())))
+        for gr in opt.param_groups:
+            gr["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        bar.update(1)
+        done = progress() >= 1.0
+        if step % args.log_every == 0 or done:
+            row = {"step": step, "lr": lr, "grad_norm": float(gn), "elapsed_s": round(time.time() - t_start, 1)}
+            row.update({k: (round(float(v), 5) if v.ndim == 0 else [round(float(x), 4) for x in v]) for k, v in s.items()})
+            if step % args.eval_every == 0 or done:
+                row.update(held_out())
+            logf.write(json.dumps(row) + "\n")
+            logf.flush()
+            bar.set_postfix(loss=f"{row['loss']:.3f}", acc0=f"{row['accept_rate_by_slot'][0]:.2f}")
+        if step % args.ckpt_every == 0 or done:
+            torch.save({"model": core_state(drafter), "opt": opt.state_dict(), "step": step,
+                        "elapsed": time.time() - t_start, "gen": gen.get_state(), "py_rng": random.getstate()},
+                       state_path + ".tmp")
+            os.replace(state_path + ".tmp", state_path)
+    bar.close()
+    logf.close()
+    log(f"train: done, {step} steps in {time.time() - t_start:.0f} s")
+
+
+def load_trained(args, target, device, bf16_round: bool = True):
+    import torch
+    cdir = os.path.join(args.work, "ckpt")
+    with open(os.path.join(cdir, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    d = build_drafter(cfg, target, device, args.seed)
+    sd = torch.load(os.path.join(cdir, "state.pt"), map_location=device, weights_only=False)["model"]
+    if bf16_round:  # evaluate what is exported
+        sd = {k: v.to(torch.bfloat16).float() for k, v in sd.items()}
+    d.load_state_dict(sd, strict=False)
+    return d.eval(), cfg
+
+
+def step_eval(args, target, tok, device) -> dict:
+    """Greedy speculative decoding simulated on the held-out greedy answers: the target's greedy
+    continuation is fixed, so one target forward gives every round's context taps."""
+    import torch
+    drafter, cfg = load_trained(args, target, device, bf16_round=args.export_dtype == "bfloat16")
+    _, ev = read_data(args)
+    ev = [r for r in ev if r["mode"] == "greedy"]
+    ev = [r for r in ev if r["source"].startswith("bench-")] + \
+        [r for r in ev if not r["source"].startswith("bench-")][:args.eval_max]
+    g = drafter.block_size
+    thresholds = [0.0, 0.3, 0.5, 0.7, 0.9]
+    per: dict = {}
+    with torch.no_grad():
+        for r in ev:
+            ids = torch.tensor(r["ids"], device=device)
+            taps, _ = target_forward(target, ids[None], torch.ones_like(ids)[None], cfg["target_layer_ids"])
+            taps = taps[0]
+            st = per.setdefault(r["source"], {"rounds": 0, "committed": 0, "acc_at": [0] * g,
+                                              "cond_num": [0] * g, "cond_den": [0] * g,
+                                              "conf_sum": [0.0] * g, "hist": [0] * (g + 2),
+                                              "thr": {t: [0, 0] for t in thresholds}})
+            start, n = r["prompt_len"], len(r["ids"])
+            while start < n - 1:
+                drafts, _, conf = drafter.draft(ids, taps, start)
+                avail = min(g, n - 1 - start)
+                ref = ids[start + 1:start + 1 + avail]
+                m = (drafts[:avail] == ref).int().cumprod(0)
+                a = int(m.sum())
+                st["rounds"] += 1
+                st["committed"] += a + 1
+                st["hist"][a + 1] += 1
+                for k in range(avail):
+                    if k < a:
+                        st["acc_at"][k] += 1
+                    if k <= a:
+                        st["cond_den"][k] += 1
+                        st["cond_num"][k] += int(k < a)
+                if conf is not None:
+                    sig = torch.sigmoid(conf).tolist()
+                    for k in range(g):
+                        st["conf_sum"][k] += sig[k]
+                    for t in thresholds:
+                        K = next((k for k in range(g) if sig[k] < t), g) if t > 0 else g
+                        st["thr"][t][0] += min(K, avail)
+                        st["thr"][t][1] += min(a, K)
+                start += a + 1
+    out = {"per_source": {}, "block_size": g, "arch": "dspark" if cfg["markov_rank"] else "dflash"}
+    allr = {"rounds": 0, "committed": 0}
+    for src, st in sorted(per.items()):
+        R = max(st["rounds"], 1)
+        o = {"rounds": st["rounds"], "mean_accepted_len": round(st["committed"] / R, 4),
+             "accept_rate_by_slot": [round(x / R, 4) for x in st["acc_at"]],
+             "cond_accept_by_slot": [round(nm / max(dn, 1), 4) for nm, dn in zip(st["cond_num"], st["cond_den"])],
+             "accepted_len_hist": st["hist"]}
+        if cfg.get("enable_confidence_head"):
+            o["mean_confidence_by_slot"] = [round(x / R, 4) for x in st["conf_sum"]]
+            o["threshold_tradeoff"] = {str(t): {"mean_kept": round(v[0] / R, 3),
+                                                 "mean_accepted_len": round(1 + v[1] / R, 3)}
+                                       for t, v in st["thr"].items()}
+        out["per_source"][src] = o
+        allr["rounds"] += st["rounds"]
+        allr["committed"] += st["committed"]
+    held = [s for s in per if not s.startswith("bench-")]
+    hr = sum(per[s]["rounds"] for s in held)
+    out["heldout_mean_accepted_len"] = round(sum(per[s]["committed"] for s in held) / max(hr, 1), 4)
+    acc = [sum(per[s]["acc_at"][k] for s in held) / max(hr, 1) for k in range(g)]
+    out["heldout_accept_rate_by_slot"] = [round(x, 4) for x in acc]
+    out["sequences"] = len(ev)
+    with open(os.path.join(args.work, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1)
+    log(f"eval: held-out mean accepted length {out['heldout_mean_accepted_len']} "
+        f"(per slot {out['heldout_accept_rate_by_slot']}); " +
+        ", ".join(f"{s}: {o['mean_accepted_len']}" for s, o in out["per_source"].items()))
+    return out
+
+
+def write_safetensors(path: str, tensors: dict, meta: dict | None = None) -> None:
+    from safetensors.torch import save_file
+    save_file({k: tensors[k].contiguous() for k in sorted(tensors)}, path, metadata=dict({"format": "pt"}, **(meta or {})))
+
+
+def step_export(args, target, device) -> None:
+    import torch
+    dt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.export_dtype]
+    os.makedirs(args.out, exist_ok=True)
+    if args.core:  # assemble from a --core-only export
+        with open(os.path.join(args.core, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        from safetensors.torch import load_file
+        sd = {}
+        for p in sorted(glob.glob(os.path.join(args.core, "core-*.safetensors"))):
+            sd.update(load_file(p))
+    else:
+        with open(os.path.join(args.work, "ckpt", "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        sd = torch.load(os.path.join(args.work, "ckpt", "state.pt"), map_location="cpu", weights_only=False)["model"]
+    sd = {k: v.to(dt) for k, v in sd.items()}
+    cfg = dict(cfg, torch_dtype=args.export_dtype)
+    if args.core_only:
+        shards, cur, size = [], {}, 0
+        for k in sorted(sd):
+            nb = sd[k].numel() * sd[k].element_size()
+            if cur and size + nb > 15 * 2**20:
+                shards.append(cur)
+                cur, size = {}, 0
+            cur[k] = sd[k]
+            size += nb
+        shards.append(cur)
+        for i, s in enumerate(shards):
+            write_safetensors(os.path.join(args.out, f"core-{i:02d}.safetensors"), s)
+        with open(os.path.join(args.out, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(cfg, f, indent=2)
+        log(f"export: {len(shards)} core shards -> {args.out}")
+        return
+    emb = target.get_input_embeddings().weight.detach().to("cpu", dt)
+    head = target.get_output_embeddings().weight.detach().to("cpu", dt)
+    if tuple(emb.shape) != (cfg["vocab_size"], cfg["hidden_size"]):
+        raise SystemExit(f"target embedding {tuple(emb.shape)} does not fit the drafter config")
+    sd["embed_tokens.weight"] = emb.clone()
+    sd["lm_head.weight"] = head.clone()
+    write_safetensors(os.path.join(args.out, "model.safetensors"), sd)
+    with open(os.path.join(args.out, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    log(f"export: {args.out} ({sum(v.numel() for v in sd.values()) / 1e6:.1f}M parameters, {args.export_dtype})")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--target", required=True, help="GGUF file or Hugging Face model directory")
+    ap.add_argument("--work", default="build/train-drafter", help="working directory (resumable state)")
+    ap.add_argument("--out", default=None, help="drafter directory to export (default WORK/drafter)")
+    ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
+    ap.add_argument("--arch", choices=("dspark", "dflash"), default="dspark")
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    ap.add_argument("--seed", type=int, default=1234)
+    g = ap.add_argument_group("drafter")
+    g.add_argument("--layers", type=int, default=3)
+    g.add_argument("--ffn", type=int, default=0, help="drafter FFN width (default: the target's)")
+    g.add_argument("--block", type=int, default=7)
+    g.add_argument("--n-taps", type=int, default=4)
+    g.add_argument("--taps", default="", help="explicit tap layers, e.g. 1,10,18,27")
+    g.add_argument("--markov-rank", type=int, default=64)
+    g.add_argument("--mask-token-id", type=int, default=None)
+    g = ap.add_argument_group("prompts and data")
+    g.add_argument("--n-debian", type=int, default=6000)
+    g.add_argument("--n-python", type=int, default=3000)
+    g.add_argument("--eval-pct", type=float, default=3.0)
+    g.add_argument("--max-prompt", type=int, default=384)
+    g.add_argument("--max-new", type=int, default=256)
+    g.add_argument("--gen-batch", type=int, default=256)
+    g.add_argument("--sample-frac", type=float, default=0.5, help="share of training prompts also answered by sampling")
+    g.add_argument("--sample-temp", type=float, default=0.8)
+    g.add_argument("--data-seconds", type=float, default=0, help="stop generating after this long (0: no limit)")
+    g = ap.add_argument_group("training")
+    g.add_argument("--train-steps", type=int, default=4000, help="training steps (the learning-rate schedule's length)")
+    g.add_argument("--train-seconds", type=float, default=0,
+                   help="also stop after this much training time; the schedule then follows the time (0: no limit)")
+    g.add_argument("--batch", type=int, default=16)
+    g.add_argument("--anchors", type=int, default=64)
+    g.add_argument("--max-len", type=int, default=640)
+    g.add_argument("--lr", type=float, default=6e-4)
+    g.add_argument("--amp", type=int, choices=(0, 1), default=None,
+                   help="bf16 autocast for the drafter (default: on for CUDA, off on the CPU)")
+    g.add_argument("--loss-decay", type=float, default=4.0)
+    g.add_argument("--ce-w", type=float, default=0.1)
+    g.add_argument("--tv-w", type=float, default=0.9)
+    g.add_argument("--conf-w", type=float, default=1.0)
+    g.add_argument("--log-every", type=int, default=50)
+    g.add_argument("--eval-every", type=int, default=500)
+    g.add_argument("--eval-seqs", type=int, default=128)
+    g.add_argument("--ckpt-every", type=int, default=500)
+    g.add_argument("--eval-max", type=int, default=96, help="held-out sequences the eval step decodes (+ the bench sets)")
+    g = ap.add_argument_group("export")
+    g.add_argument("--export-dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
+    g.add_argument("--core-only", action="store_true", help="trained tensors only, in shards <= 15 MiB")
+    g.add_argument("--core", default=None, help="assemble the export from a --core-only folder")
+    a = ap.parse_args(argv)
+    a.out = a.out or os.path.join(a.work, "drafter")
+    steps = [s for s in a.steps.split(",") if s]
+    bad = [s for s in steps if s not in STEPS]
+    if bad:
+        ap.error(f"unknown step(s) {bad}; known: {STEPS}")
+    a.steps = steps
+    return a
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    os.makedirs(args.work, exist_ok=True)
+    if "prompts" in args.steps:
+        step_prompts(args)
+    rest = [s for s in args.steps if s != "prompts"]
+    if not rest:
+        return 0
+    t0 = time.time()
+    target, tok = load_target(args.target, device)
+    log(f"target {args.target}: {type(target).__name__}, {target.config.num_hidden_layers} layers, "
+        f"loaded in {time.time() - t0:.1f} s on {device}")
+    if "data" in rest:
+        step_data(args, target, tok, device)
+    if "train" in rest:
+        step_train(args, target, tok, device)
+    if "eval" in rest:
+        step_eval(args, target, tok, device)
+    if "export" in rest:
+        step_export(args, target, device)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
