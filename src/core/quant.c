@@ -3,7 +3,9 @@
  * code operation by operation, so do not "simplify" them (e.g. (d * sc) * q is not d * (sc * q)). */
 #include "core/quant.h"
 
+#include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* Every layout must match the block sizes of the dtype table (and so the GGUF files). */
@@ -243,24 +245,51 @@ static float np_roundf(float x) {
     return x < 0 ? -b : x > 0 ? b : 0.0f * b;
 }
 
+/* numpy's float32 -> int8 / uint8 cast on x86-64: a conversion to int32 (NaN and out-of-range
+ * values give INT32_MIN, as cvttss2si does), then the low byte. Only blocks with an infinite or
+ * NaN scale get here (a subnormal or non-finite maximum); C's own cast would be undefined. */
+static uint8_t np_cast_u8(float v) {
+    int32_t i = v == v && fabsf(v) < 2147483648.0f ? (int32_t)v : INT32_MIN;
+    return (uint8_t)((uint32_t)i & 0xFF);
+}
+
 static void quantize_q8_0(const float *x, dsp_block_q8_0 *y) {
     float amax = 0.0f;
-    for (int j = 0; j < DSP_QK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    bool nan = false; /* numpy's max propagates NaN */
+    for (int j = 0; j < DSP_QK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax, nan |= x[j] != x[j];
+    if (nan) amax = NAN;
     float d = amax / 127.0f, id = d == 0.0f ? 0.0f : 1.0f / d;
     y->d = dsp_f32_to_f16(d);
-    for (int j = 0; j < DSP_QK; j++) y->qs[j] = (int8_t)np_roundf(x[j] * id);
+    if (!(amax <= FLT_MAX && id <= FLT_MAX)) { /* numpy's expressions as they are */
+        for (int j = 0; j < DSP_QK; j++) y->qs[j] = (int8_t)np_cast_u8(np_roundf(x[j] * id));
+        return;
+    }
+    /* |x * id| <= 127 (+ an ulp): floor is the truncation to an integer and floor(2 (a - floor a))
+     * is (a - floor a >= 0.5), the same values as np_roundf without libm calls, in a loop the
+     * compiler vectorizes (this is the load-time quantizer's hot path) */
+    for (int j = 0; j < DSP_QK; j++) {
+        float v = x[j] * id, a = fabsf(v), fl = (float)(int32_t)a, b = fl + (a - fl >= 0.5f ? 1.0f : 0.0f);
+        y->qs[j] = (int8_t)(int32_t)(v < 0 ? -b : b);
+    }
 }
 
 static void quantize_q4_0(const float *x, dsp_block_q4_0 *y) {
-    int imax = 0; /* argmax |x|: the first of equal maxima */
-    for (int j = 1; j < DSP_QK; j++)
-        if (fabsf(x[j]) > fabsf(x[imax])) imax = j;
+    int imax = 0; /* numpy's argmax |x|: the first of equal maxima, or the first NaN */
+    for (int j = 1; j < DSP_QK && x[imax] == x[imax]; j++)
+        if (fabsf(x[j]) > fabsf(x[imax]) || x[j] != x[j]) imax = j;
     float d = x[imax] / -8.0f, id = d == 0.0f ? 0.0f : 1.0f / d;
     y->d = dsp_f32_to_f16(d);
     uint8_t q[DSP_QK];
-    for (int j = 0; j < DSP_QK; j++) {
-        float v = truncf(x[j] * id + 8.5f);
-        q[j] = v >= 15.0f ? 15 : v <= 0.0f ? 0 : (uint8_t)v;
+    if (fabsf(x[imax]) <= FLT_MAX && fabsf(id) <= FLT_MAX) { /* x * id + 8.5 in (0, 16.5]: trunc is the int conversion */
+        for (int j = 0; j < DSP_QK; j++) {
+            int32_t v = (int32_t)(x[j] * id + 8.5f);
+            q[j] = (uint8_t)(v > 15 ? 15 : v);
+        }
+    } else { /* numpy: trunc, astype(uint8), clip(0, 15) */
+        for (int j = 0; j < DSP_QK; j++) {
+            uint8_t v = np_cast_u8(truncf(x[j] * id + 8.5f));
+            q[j] = v > 15 ? 15 : v;
+        }
     }
     for (int j = 0; j < DSP_QK / 2; j++) y->qs[j] = (uint8_t)(q[j] | (q[j + DSP_QK / 2] << 4));
 }

@@ -215,7 +215,13 @@ def test_quantize_matches_gguf(qtype):
     """Q8_0 and Q4_0: byte for byte the gguf package's quantizer (ties, zeros, bf16 values, extremes)."""
     rng = np.random.default_rng(7)
     x = np.concatenate([rng.normal(0, 0.05, 32 * 200), rng.uniform(-3, 3, 32 * 50), np.zeros(64), np.full(32, 7.0),
-                        (np.arange(32 * 8) % 17 - 8) * 0.5, rng.normal(0, 1e4, 32 * 4)]).astype(np.float32)
+                        (np.arange(32 * 8) % 17 - 8) * 0.5, rng.normal(0, 1e4, 32 * 4),
+                        # exact ties: amax 127 (Q8_0 scale 1) / -8 (Q4_0 scale 1), then halves
+                        np.r_[127.0, np.arange(31) - 15.5], np.r_[-8.0, np.arange(31) / 4 - 3.75],
+                        # subnormal maxima (infinite 1/d), infinities, NaN (first or later)
+                        np.full(32, 1e-40), np.r_[-1e-40, np.full(31, 1e-41)], np.r_[1e-40, -np.full(31, 1e-41)],
+                        [np.inf] + [1.0] * 31, [-2.0, np.inf] + [-1.0] * 30, [np.nan] + [1.0] * 31, [1.0, 2.0, np.nan] + [-3.0] * 29
+                        ]).astype(np.float32)
     want = gguf_quantize(x, qtype)
     assert quantize(qtype, x) == want
 
