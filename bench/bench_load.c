@@ -14,6 +14,7 @@
  * (warm). Reports medians, load / touch, the load's process CPU time (on a shared machine the wall
  * time mostly measures the neighbours: cpu_share = CPU time / (wall time x threads)), and the bytes
  * of tensors the model copied or widened (owned) rather than used in place. */
+#include "bench_util.h"
 #include "dspark.h"
 #include "core/file.h"
 #include "io/gguf.h"
@@ -30,24 +31,6 @@
 #include <unistd.h>
 
 #define PAGE 4096
-
-static double clock_s(clockid_t c) {
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static double now(void) { return clock_s(CLOCK_MONOTONIC); }
-static double cpu_now(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* the weight files of a model: a GGUF file, or a directory's safetensors files */
 static int weight_files(const char *path, char ***out) {
@@ -88,7 +71,7 @@ static uint64_t touch_range(const uint8_t *p, uint64_t n) {
 static double run_touch(char **files, int n, uint64_t *bytes) {
     void **maps = calloc((size_t)n, sizeof *maps);
     size_t *sizes = calloc((size_t)n, sizeof *sizes);
-    double t0 = now();
+    double t0 = bench_now();
     *bytes = 0;
     for (int i = 0; i < n; i++) {
         int fd = open(files[i], O_RDONLY);
@@ -101,7 +84,7 @@ static double run_touch(char **files, int n, uint64_t *bytes) {
         }
         if (fd >= 0) close(fd);
     }
-    double t = now() - t0;
+    double t = bench_now() - t0;
     for (int i = 0; i < n; i++)
         if (maps[i]) munmap(maps[i], sizes[i]);
     free(maps);
@@ -164,24 +147,24 @@ int main(int argc, char **argv) {
         if (cold) evict(files, nf);
         tt[r] = run_touch(files, nf, &bytes);
         if (cold) evict(files, nf);
-        double t0 = now(), c0 = cpu_now();
+        double t0 = bench_now(), c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
         dsp_model *m = load(path, quant, threads);
         touch_model(m);
-        tl[r] = now() - t0; /* the clocks stop before unmapping, in both */
-        cl[r] = cpu_now() - c0;
+        tl[r] = bench_now() - t0; /* the clocks stop before unmapping, in both */
+        cl[r] = bench_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
         owned = 0;
         for (int i = 0; i < m->n_own; i++) owned += m->own[i].t.data ? m->own[i].t.nbytes : 0;
         dsp_model_destroy(m);
         if (cold) evict(files, nf);
-        t0 = now();
+        t0 = bench_now();
         m = load(path, quant, threads);
-        tz[r] = now() - t0;
+        tz[r] = bench_now() - t0;
         dsp_model_destroy(m);
     }
     getrusage(RUSAGE_SELF, &ru1);
     double cpu = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
                  1e-6 * (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec);
-    double mt = median(tt, repeats), ml = median(tl, repeats), mz = median(tz, repeats), mc = median(cl, repeats), load1 = 0;
+    double mt = bench_median(tt, repeats), ml = bench_median(tl, repeats), mz = bench_median(tz, repeats), mc = bench_median(cl, repeats), load1 = 0;
     FILE *la = fopen("/proc/loadavg", "r");
     if (la) {
         if (fscanf(la, "%lf", &load1) != 1) load1 = 0;

@@ -8,6 +8,7 @@
  * visible. MODEL may also be a Hugging Face directory (its tokenizer.json): when that declares a
  * normalizer (NFC for Qwen2/3), the baseline is the same tokenizer without it, so that the
  * normalizer's cost is visible. Single-threaded by construction. */
+#include "bench_util.h"
 #include "dspark.h"
 #include "core/file.h"
 #include "io/gguf.h"
@@ -19,22 +20,6 @@
 #include <string.h>
 #include <sys/utsname.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static const char *k_words[] = {
     "the", "of", "and", "to", "in", "is", "was", "for", "that", "with", "as", "on", "by", "at", "from", "his", "her",
@@ -119,7 +104,7 @@ int main(int argc, char **argv) {
     if (!textf) len = strlen(text);
     dsp_gguf *g = NULL;
     dsp_tok *t = NULL, *plain = NULL; /* plain: tokenizer.json without its normalizer */
-    double t0 = now();
+    double t0 = bench_now();
     if (dsp_file_is_dir(model)) {
         char *tp = dsp_path_join(model, "tokenizer.json"), md[64], pd[128];
         json_t *tj = NULL;
@@ -138,22 +123,22 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_tok: %s: %s\n", model, dsp_last_error());
         return 1;
     }
-    double load_s = now() - t0;
+    double load_s = bench_now() - t0;
     double *enc = calloc((size_t)repeats, sizeof(double)), *dec = calloc((size_t)repeats, sizeof(double)),
            *pre = calloc((size_t)repeats, sizeof(double));
     size_t n_ids = 0;
     for (int r = 0; r < repeats; r++) {
         dsp_tok_ids ids = {0};
-        double a = now();
+        double a = bench_now();
         if (dsp_tok_encode(t, text, len, 0, &ids)) {
             fprintf(stderr, "bench_tok: encode: %s\n", dsp_last_error());
             return 1;
         }
-        double b = now();
+        double b = bench_now();
         char *out;
         size_t ol;
         if (dsp_tok_decode(t, ids.v, ids.n, 0, &out, &ol)) return 1;
-        double c = now();
+        double c = bench_now();
         enc[r] = (double)len / 1e6 / (b - a);
         dec[r] = (double)ol / 1e6 / (c - b);
         n_ids = ids.n;
@@ -161,9 +146,9 @@ int main(int argc, char **argv) {
         dsp_tok_ids_free(&ids);
         if (plain) {
             ids = (dsp_tok_ids){0};
-            a = now();
+            a = bench_now();
             if (dsp_tok_encode(plain, text, len, 0, &ids)) return 1;
-            pre[r] = (double)len / 1e6 / (now() - a);
+            pre[r] = (double)len / 1e6 / (bench_now() - a);
             dsp_tok_ids_free(&ids);
         } else if (!g) {
             pre[r] = 0;
@@ -171,15 +156,15 @@ int main(int argc, char **argv) {
             dsp_tok_pre *p = NULL;
             dsp_tok_spans s = {0}, tmp = {0};
             dsp_tok_pre_create(dsp_tok_pre_name(t), &p);
-            a = now();
+            a = bench_now();
             dsp_tok_pre_split(p, text, len, &s, &tmp);
-            pre[r] = (double)len / 1e6 / (now() - a);
+            pre[r] = (double)len / 1e6 / (bench_now() - a);
             dsp_tok_spans_free(&s);
             dsp_tok_spans_free(&tmp);
             dsp_tok_pre_destroy(p);
         }
     }
-    double enc_m = median(enc, repeats), dec_m = median(dec, repeats), pre_m = median(pre, repeats);
+    double enc_m = bench_median(enc, repeats), dec_m = bench_median(dec, repeats), pre_m = bench_median(pre, repeats);
     struct utsname u;
     uname(&u);
     char cpu[256] = "unknown";

@@ -90,7 +90,7 @@ dsp_status dsp_hub_resolve_cached(const char *s, char **out) {
     if ((st = dsp_hub_repo_dir(&r, &repo))) return st;
     char commit[64] = "";
     if (dsp_hub_is_commit(r.rev)) {
-        snprintf(commit, sizeof commit, "%s", r.rev);
+        memcpy(commit, r.rev, 41); /* 40 hex digits and the NUL */
     } else {
         char ref[DSP_HUB_MAX_ID + 8];
         snprintf(ref, sizeof ref, "refs/%s", r.rev);

@@ -372,6 +372,7 @@ static dsp_status head_file(const pull_ctx *c, const char *commit, const pull_fi
         }
         break;
     }
+    if (!st && r.status >= 300 && r.status < 400 && r.location[0] == '/') st = dsp_error(DSP_ERR_IO, "%s: %s: too many redirects", c->repo_id, pf->name);
     if (!st && r.status == 404) st = dsp_error(DSP_ERR_NOT_FOUND, "%s: %s is not in commit %s (404 Not Found)", c->repo_id, pf->name, commit);
     else if (!st && !(r.status == 200 || (r.status >= 300 && r.status < 400))) st = http_error(c, r.status, url);
     if (st) {
@@ -449,6 +450,15 @@ static void hash_add(dl *d, const void *p, size_t n) {
     else dsp_sha1_update(&d->s1, p, n);
 }
 
+/* bytes as "120 B", "812 kB", "3.4 MB", "16.10 GB" */
+static const char *human(double b, char buf[16]) {
+    if (b < 1e3) snprintf(buf, 16, "%.0f B", b);
+    else if (b < 1e6) snprintf(buf, 16, "%.0f kB", b / 1e3);
+    else if (b < 1e9) snprintf(buf, 16, "%.1f MB", b / 1e6);
+    else snprintf(buf, 16, "%.2f GB", b / 1e9);
+    return buf;
+}
+
 static void draw(dl *d, bool final) {
     double t = now_s();
     if (d->report < 2 || (!final && t - d->last_draw < 0.1)) return;
@@ -458,8 +468,9 @@ static void draw(dl *d, bool final) {
     int fill = (int)(frac * 30);
     for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : ' ';
     bar[30] = '\0';
-    fprintf(stderr, "\r  %-32.32s %3d%% [%s] %8.1f / %.1f MB %7.1f MB/s%s", d->name, (int)(frac * 100), bar, (double)d->have / 1e6,
-            (double)d->size / 1e6, rate, final ? "\n" : "");
+    char a[16], b[16];
+    fprintf(stderr, "\r  %-32.32s %3d%% [%s] %9s / %-9s %7.1f MB/s%s", d->name, (int)(frac * 100), bar, human((double)d->have, a),
+            human((double)d->size, b), rate, final ? "\n" : "");
 }
 
 static size_t on_body_file(char *data, size_t size, size_t nmemb, void *ud) {
@@ -599,9 +610,10 @@ static dsp_status download(const pull_ctx *c, const pull_file *pf, const file_me
             unlink(part);
             break;
         }
+        bool transient = r.status == 429 || r.status >= 500; /* retried like a dropped connection */
         if (r.status == 416 && d.have > 0 && !restarted) { /* the range is past the end: the partial file is stale */
             d.restart = true;
-        } else if (cc == CURLE_OK && r.status != 200 && r.status != 206) {
+        } else if (cc == CURLE_OK && r.status != 200 && r.status != 206 && !transient) {
             st = r.status == 404 ? dsp_error(DSP_ERR_NOT_FOUND, "%s: %s: 404 Not Found at %s", c->repo_id, pf->name, m->url)
                                  : http_error(c, r.status, m->url);
             break;
@@ -622,13 +634,15 @@ static dsp_status download(const pull_ctx *c, const pull_file *pf, const file_me
         }
         if (cc == CURLE_OK && d.have == d.size) break;
         if (cc == CURLE_OK && d.have < d.size) cc = CURLE_PARTIAL_FILE; /* ended early without saying so */
+        const char *why = transient ? "the server answered with an error status" : curl_easy_strerror(cc);
         if (d.have > before) failures = 0; /* progress: the retry budget starts again */
         if (++failures > retries) {
             st = dsp_error(DSP_ERR_IO, "%s: %s: %s after %d attempts (%" PRId64 " of %" PRId64 " bytes kept in %s; pull again to resume)", c->repo_id,
-                           pf->name, curl_easy_strerror(cc), failures, d.have, d.size, part);
+                           pf->name, why, failures, d.have, d.size, part);
             break;
         }
-        struct timespec ts = {0, 200000000L * failures};
+        long ms = 200L * failures; /* back off a little more each time */
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
     if (!st) {
@@ -690,7 +704,7 @@ static dsp_status pull_one(const pull_ctx *c, const char *commit, const char *sn
     if (!st && !*cached) st = download(c, pf, &m, blob);
     if (!st) st = link_snapshot(snap, pf->name, m.etag);
     if (!st && (c->p->report == 1 || (c->p->report == 2 && *cached)))
-        fprintf(stderr, "  %s: %.1f MB%s\n", pf->name, (double)m.size / 1e6, *cached ? " (in the cache)" : "");
+        fprintf(stderr, "  %s: %s%s\n", pf->name, human((double)m.size, (char[16]){0}), *cached ? " (in the cache)" : "");
     *bytes = m.size;
     free(blobs);
     free(blob);
@@ -803,7 +817,7 @@ dsp_status dsp_pull_repo(const char *repo_id, const dsp_pull_params *p, char **s
         free(ref);
         if (st) goto cleanup;
     }
-    if (p->report) fprintf(stderr, "%s@%s: %d files, %.1f MB (%d already in the cache)\n", id, r.rev, n_files, (double)total / 1e6, n_cached);
+    if (p->report) fprintf(stderr, "%s@%s: %d files, %s (%d already in the cache)\n", id, r.rev, n_files, human((double)total, (char[16]){0}), n_cached);
     *snapshot = snap, snap = NULL;
 cleanup:
     curl_global_cleanup();

@@ -11,7 +11,8 @@ It answers the requests huggingface_hub (and `dspark pull`) make, the way the hu
                        as the hub's CDN is another host
 A private repo answers 401 without "Authorization: Bearer <token>"; unknown repos, revisions and
 files answer 404; a renamed repo answers 307 with a relative Location. Faults for the tests: drop
-the connection after N bytes of a file (once or always), flip a byte of it, 404 it. Every request
+the connection after N bytes of a file (once or always), flip a byte of it, 404 it, answer 503
+first. Every request
 is logged (method, path, Range, whether a token came). Standard library only.
 """
 from __future__ import annotations
@@ -92,6 +93,10 @@ class Hub:
             def send_bytes(self, data: bytes, fault_key: str, extra=(), head=False):
                 """data with Range, and the faults registered for fault_key"""
                 f = hub.faults.get(fault_key, {})
+                if f.get("status_times", 0) > 0:  # a transient server error, then the bytes
+                    with hub.lock:
+                        f["status_times"] -= 1
+                    return self.error(f["status"], "try again", head)
                 if f.get("corrupt") and data:
                     data = data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF]) + data[len(data) // 2 + 1:]
                 start, end, status = 0, len(data), 200

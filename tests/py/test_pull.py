@@ -5,7 +5,7 @@ the hub cache layout that huggingface_hub writes (blobs named by SHA-256 / git b
 snapshots/COMMIT/* relative links, refs/REV) and `dspark generate -m org/name` on it giving the
 same text as the source directory; --include; a revision that is a tag; a second pull that
 downloads nothing; resume of a partial file with Range; a connection dropped mid-file (resumed) and
-dropped on every attempt (a clear error, the part kept for the next pull); a corrupted file (an
+dropped on every attempt (a clear error, the part kept for the next pull); 503s retried; a corrupted file (an
 error, nothing left in place); 404s (repo, revision, file); 401 without a token and success with
 HF_TOKEN (never sent to the CDN); a renamed repo (relative redirect); HF_HUB_OFFLINE; file names
 and etags a hostile server could send.
@@ -132,6 +132,13 @@ def test_dropped_connection_resumes(hub, model, tmp_path):
     pull(hub, tmp_path, "tiny-org/tiny-qwen3")
     check_snapshot(tmp_path, model[1])
     assert [c["range"] for c in hub.requests("GET", "/cdn/")] == [None, "bytes=100000-", "bytes=200000-"]
+
+
+def test_server_errors_are_retried(hub, model, tmp_path):
+    hub.faults[SAFE] = {"status": 503, "status_times": 2}
+    pull(hub, tmp_path, "tiny-org/tiny-qwen3")
+    check_snapshot(tmp_path, model[1])
+    assert len(hub.requests("GET", "/cdn/")) == 3
 
 
 def test_dropped_every_time(hub, model, tmp_path):
