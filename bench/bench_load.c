@@ -11,8 +11,8 @@
  * With --quantize, load also quantizes (on --threads threads) and that is the figure of interest.
  * --cold evicts the weight files from the page cache (posix_fadvise DONTNEED) before every
  * measurement, so both touch and load read the disk; otherwise everything is in the page cache
- * (warm). Reports medians, load / touch, the load's process CPU time (on a shared machine the wall
- * time mostly measures the neighbours: cpu_share = CPU time / (wall time x threads)), and the bytes
+ * (warm). Reports medians, load / touch in wall and in process CPU time (on a shared machine the
+ * wall time mostly measures the neighbours: cpu_share = CPU time / (wall time x threads)), and the bytes
  * of tensors the model copied or widened (owned) rather than used in place. */
 #include "bench_util.h"
 #include "dspark.h"
@@ -139,15 +139,18 @@ int main(int argc, char **argv) {
         return 1;
     }
     double *tt = calloc((size_t)repeats, sizeof *tt), *tl = calloc((size_t)repeats, sizeof *tl), *tz = calloc((size_t)repeats, sizeof *tz),
-           *cl = calloc((size_t)repeats, sizeof *cl);
+           *cl = calloc((size_t)repeats, sizeof *cl), *ct = calloc((size_t)repeats, sizeof *ct);
     uint64_t bytes = 0, owned = 0;
     struct rusage ru0, ru1;
     getrusage(RUSAGE_SELF, &ru0);
     for (int r = 0; r < repeats; r++) {
         if (cold) evict(files, nf);
+        double c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
         tt[r] = run_touch(files, nf, &bytes);
+        ct[r] = bench_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
         if (cold) evict(files, nf);
-        double t0 = bench_now(), c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
+        double t0 = bench_now();
+        c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
         dsp_model *m = load(path, quant, threads);
         touch_model(m);
         tl[r] = bench_now() - t0; /* the clocks stop before unmapping, in both */
@@ -164,7 +167,7 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru1);
     double cpu = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
                  1e-6 * (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec);
-    double mt = bench_median(tt, repeats), ml = bench_median(tl, repeats), mz = bench_median(tz, repeats), mc = bench_median(cl, repeats), load1 = 0;
+    double mt = bench_median(tt, repeats), ml = bench_median(tl, repeats), mz = bench_median(tz, repeats), mc = bench_median(cl, repeats), mct = bench_median(ct, repeats), load1 = 0;
     FILE *la = fopen("/proc/loadavg", "r");
     if (la) {
         if (fscanf(la, "%lf", &load1) != 1) load1 = 0;
@@ -173,20 +176,22 @@ int main(int argc, char **argv) {
     if (json) {
         printf("{\"bench\": \"load\", \"model\": \"%s\", \"cache\": \"%s\", \"quantize\": \"%s\", \"threads\": %d, \"repeats\": %d, "
                "\"weight_bytes\": %llu, \"owned_bytes\": %llu, \"touch_s_median\": %.4f, \"load_s_median\": %.4f, \"lazy_load_s_median\": %.4f, "
-               "\"load_vs_touch\": %.3f, \"touch_gb_s\": %.2f, \"load_cpu_s_median\": %.3f, \"load_cpu_share\": %.2f, \"process_cpu_s\": %.2f, "
+               "\"load_vs_touch\": %.3f, \"touch_gb_s\": %.2f, \"touch_cpu_s_median\": %.3f, \"load_cpu_s_median\": %.3f, \"load_vs_touch_cpu\": %.3f, "
+               "\"load_cpu_share\": %.2f, \"process_cpu_s\": %.2f, "
                "\"loadavg_1m\": %.2f}\n",
                path, cold ? "cold" : "warm", quant ? quant : "none", threads, repeats, (unsigned long long)bytes, (unsigned long long)owned, mt, ml, mz,
-               ml / mt, (double)bytes / 1e9 / mt, mc, mc / (ml * threads), cpu, load1);
+               ml / mt, (double)bytes / 1e9 / mt, mct, mc, mc / mct, mc / (ml * threads), cpu, load1);
     } else {
         printf("%s: %.2f GB in %d file%s, %s page cache, %d repeats%s%s (threads %d)\n", path, (double)bytes / 1e9, nf, nf == 1 ? "" : "s",
                cold ? "cold" : "warm", repeats, quant ? ", --quantize " : "", quant ? quant : "", threads);
         printf("  mmap + touch   %8.3f s  (%.2f GB/s)\n  load + touch   %8.3f s  (%.3fx)\n  load (lazy)    %8.3f s\n", mt, (double)bytes / 1e9 / mt, ml,
                ml / mt, mz);
-        printf("  load CPU time  %8.3f s  (%.0f%% of %d threads' wall time)\n", mc, 100 * mc / (ml * threads), threads);
+        printf("  CPU time: touch %.3f s, load %.3f s (%.3fx; the load got %.0f%% of %d threads' wall time)\n", mct, mc, mc / mct,
+               100 * mc / (ml * threads), threads);
         printf("  owned (copied or widened) tensor bytes: %llu; load average %.2f\n", (unsigned long long)owned, load1);
     }
     for (int i = 0; i < nf; i++) free(files[i]);
     free(files);
-    free(tt), free(tl), free(tz), free(cl);
+    free(tt), free(tl), free(tz), free(cl), free(ct);
     return 0;
 }

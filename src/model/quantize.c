@@ -3,9 +3,9 @@
  * Every 2-D weight the forward pass multiplies by (token embeddings and output head included; a
  * tied head is the embeddings, quantized once) whose rows are whole blocks (32 weights; 256 for
  * Q4_K) becomes a model-owned tensor of the target type; vectors stay F32, and a matrix whose rows
- * are not whole blocks keeps its type. Rows are quantized independently by
- * core/quant's reference (bit-identical to the gguf package), so the result does not depend on the
- * thread count or the order the pool runs tasks in. */
+ * are not whole blocks keeps its type. Rows are quantized independently by core/quant's reference
+ * (bit-identical to the gguf package; Q4_K to llama.cpp's reference quantizer), so the result does
+ * not depend on the thread count or the order the pool runs tasks in. */
 #include "model/model.h"
 
 #include "core/quant.h"

@@ -12,7 +12,7 @@
  * NFC-normalized first (tok/nfc.c), as `tokenizers` does; it commutes with Replace and Prepend.
  * added_tokens keep their flags (special; lstrip, rstrip, single_word; `normalized` tokens are
  * matched on the raw text, which is the same for these normalizers unless the content has a
- * space). The post-processor's TemplateProcessing says which special tokens encode adds around a
+ * space or is not NFC). The post-processor's TemplateProcessing says which special tokens encode adds around a
  * text; tokenizer_config.json's add_bos_token / add_eos_token override it, as transformers does.
  * Whatever else a file asks for (WordPiece, Unigram, another normalizer such as NFKC or Lowercase,
  * Whitespace pre-tokenizers, ...) is refused with DSP_ERR_UNSUPPORTED naming the part. */
