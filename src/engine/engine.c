@@ -145,7 +145,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     e->max_batch = p.max_batch;
     e->next_id = 1;
     _Static_assert((int)DSP_DEVICE_CPU == (int)DSP_BACKEND_CPU && (int)DSP_DEVICE_CUDA == (int)DSP_BACKEND_CUDA, "device = backend kind");
-    dsp_backend_params bp = {(dsp_backend_kind)p.device, p.n_threads, p.gpu, p.progress};
+    dsp_backend_params bp = {.kind = (dsp_backend_kind)p.device, .n_threads = p.n_threads, .gpu = p.gpu, .progress = p.progress};
     dsp_status st = dsp_backend_create(&bp, &e->be);
     if (st) {
         free(e);

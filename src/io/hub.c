@@ -90,7 +90,7 @@ dsp_status dsp_hub_resolve_cached(const char *s, char **out) {
     if ((st = dsp_hub_repo_dir(&r, &repo))) return st;
     char commit[64] = "";
     if (dsp_hub_is_commit(r.rev)) {
-        memcpy(commit, r.rev, 41); /* 40 hex digits and the NUL */
+        snprintf(commit, sizeof commit, "%.40s", r.rev); /* a commit id: 40 hex digits */
     } else {
         char ref[DSP_HUB_MAX_ID + 8];
         snprintf(ref, sizeof ref, "refs/%s", r.rev);
@@ -105,7 +105,7 @@ dsp_status dsp_hub_resolve_cached(const char *s, char **out) {
         }
         while (n && (txt[n - 1] == '\n' || txt[n - 1] == '\r' || txt[n - 1] == ' ')) txt[--n] = '\0';
         bool ok = dsp_hub_is_commit(txt);
-        if (ok) snprintf(commit, sizeof commit, "%s", txt);
+        if (ok) snprintf(commit, sizeof commit, "%.40s", txt);
         free(txt);
         if (!ok) {
             free(repo);

@@ -4,7 +4,7 @@
  * status) and by the engine thread when a request finishes (tokens, latencies, speculation);
  * /metrics reads them without stopping anything. What only the engine knows (KV blocks used /
  * cached, prefix-cache hits, requests waiting and running) comes from dsp_engine_get_stats,
- * copied by the engine thread after every round into dsp_srv_engine_stats (kv_valid once it has).
+ * copied by the engine thread after every round into s->engine_stats.
  *
  * Names (all prefixed dspark_):
  *   requests_total{endpoint, status}       counter

@@ -1,7 +1,7 @@
 /* server/page: the chat page served at GET / (one self-contained document: no CDN, no build step).
  * It talks to /v1/chat/completions with stream: true, shows reasoning apart from the answer, has a
  * stop button (the request is aborted, which cancels the generation), a system prompt, temperature,
- * the speculation mode (dspark_mode) and, per answer, live chunks/s and then the dspark block:
+ * the speculation mode (the request's dspark_mode extension) and, per answer, live chunks/s and then the dspark block:
  * mode, decode tok/s, mean accepted length, TTFT. The source is kept readable here on purpose. */
 #include "server/server.h"
 

@@ -102,7 +102,6 @@ static void finish(dsp_srv_req *r, dsp_status st, const char *msg, const dsp_gen
     r->t_done = dsp_srv_now_ms();
     r->out.ttft_ms = r->t_first > 0 ? r->t_first - r->t_enqueued : 0;
     r->out.done = true;
-    r->state = DSP_SRV_DONE;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }
@@ -173,7 +172,6 @@ static void take_inbox(dsp_srv *s, dsp_srv_req **inflight) {
         r->in_queue = false;
         s->q_len--;
         pthread_mutex_lock(&r->mu);
-        r->state = DSP_SRV_RUNNING;
         r->t_started = dsp_srv_now_ms();
         pthread_mutex_unlock(&r->mu);
         dsp_status st = atomic_load(&s->hard_stop) ? DSP_ERR_BUSY : DSP_OK;
@@ -218,6 +216,7 @@ static void publish_stats(dsp_srv *s) {
 static void *engine_main(void *arg) {
     dsp_srv *s = arg;
     dsp_srv_req *inflight = NULL; /* submitted to the engine, linked by next (this thread only) */
+    publish_stats(s); /* /health and /metrics show the KV pool before the first round */
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
         while (!s->q_head && !inflight && !s->q_stop) pthread_cond_wait(&s->q_cv, &s->q_mu);
@@ -299,7 +298,6 @@ dsp_status dsp_srv_sched_submit(dsp_srv *s, dsp_srv_req *r, dsp_srv_error *e) {
     }
     pthread_mutex_lock(&r->mu);
     r->refs++;
-    r->state = DSP_SRV_QUEUED;
     r->t_enqueued = dsp_srv_now_ms();
     pthread_mutex_unlock(&r->mu);
     r->next = NULL;

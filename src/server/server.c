@@ -1,6 +1,5 @@
 /* server/server: the server's lifetime: load the model, create the engine, start the engine
  * thread and the HTTP daemon; tear down in the reverse order. */
-#define _GNU_SOURCE /* memmem */
 #include "server/server.h"
 
 #include "core/file.h"
@@ -95,7 +94,6 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     const char *tsrc = s->template_src ? s->template_src : dsp_model_chat_template(s->model, &tl);
     if (s->template_src) tl = strlen(s->template_src);
     s->tool_family = dsp_srv_tool_family_of(tsrc, tl);
-    s->template_thinks = tsrc && tl >= 7 && memmem(tsrc, tl, "<think>", 7);
 
     /* names: the first alias, else the file's base name without .gguf */
     const char *base = strrchr(cfg->model_path, '/');

@@ -1,4 +1,10 @@
-/* server/server: `dspark serve`, an OpenAI-compatible HTTP server (DESIGN.md §7).
+/* server/server: `dspark serve`, an OpenAI- and Anthropic-compatible HTTP server (DESIGN.md §7).
+ *
+ * Files: door.c (accept, limits, request heads), http.c (libmicrohttpd routing, replies, SSE),
+ * openai.c (Chat Completions / Completions requests and responses, shared JSON helpers),
+ * anthropic.c (Messages), responses.c (Responses), tools.c (tool calls and reasoning, for all
+ * three chat APIs), errors.c (status -> HTTP code and error object), metrics.c, page.c (the chat
+ * page), sched.c (the engine thread), server.c (lifecycle).
  *
  * Threads:
  *   - The front door (door.c) accepts every connection and waits, in one thread for all of them,
@@ -6,7 +12,7 @@
  *     answers bad heads, /health and everything while draining itself, and hands the rest to
  *     libmicrohttpd.
  *   - libmicrohttpd runs one thread per connection handed to it. A connection thread reads the body (bounded by
- *     --max-body), parses and validates the OpenAI request (openai.c), renders the chat template
+ *     --max-body), parses and validates the request in its API's shape, renders the chat template
  *     and tokenizes the prompt, then enqueues a dsp_srv_req and waits on that request's own event
  *     queue (streaming: in the response's content-reader callback; non-streaming: in the access
  *     handler). While it waits it polls its socket, so a client that goes away cancels its request.
@@ -156,7 +162,6 @@ void dsp_srv_tools_prefix(const struct dsp_srv *s, const dsp_srv_tools *t, char 
 json_t *dsp_srv_tool_call_msg(const char *id, const char *name, json_t *args);
 bool dsp_srv_parse_calls(dsp_srv_tool_family f, const char *p, size_t n, dsp_srv_calls *cs);
 void dsp_srv_calls_free(dsp_srv_calls *cs);
-typedef enum { DSP_SRV_QUEUED = 0, DSP_SRV_RUNNING, DSP_SRV_DONE } dsp_srv_state;
 
 /* One decided token as the HTTP side reads it. */
 typedef struct dsp_srv_tok {
@@ -213,7 +218,6 @@ typedef struct dsp_srv_req {
     /* shared: guarded by mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    dsp_srv_state state;
     dsp_srv_out out;             /* what the engine produced so far */
     double t_enqueued, t_started, t_first, t_done; /* ms, monotonic */
     int refs;
@@ -276,7 +280,6 @@ struct dsp_srv {
     char fingerprint[64];
     char *template_src;          /* --chat-template contents */
     dsp_srv_tool_family tool_family; /* of the chat template in use */
-    bool template_thinks;        /* the template mentions <think> (reasoning models) */
     int64_t created;
 
     /* scheduler: guarded by q_mu */

@@ -68,7 +68,8 @@ def finish_of(ref):
 
 def test_health_and_models(srv, client):
     with urllib.request.urlopen(srv.url + "/health") as r:
-        assert r.status == 200 and json.loads(r.read())["status"] == "ok"
+        h = json.loads(r.read())
+        assert r.status == 200 and h["status"] == "ok" and h["requests_running"] == 0 and h["kv_blocks"] > 0
     models = client.models.list()
     ids = [m.id for m in models.data]
     assert ids == ["smol", "smol-2"]

@@ -83,24 +83,31 @@ def result_of(path, body, raw_body):
                 usage = ev["usage"]
             for ch in ev.get("choices", []):
                 text += (ch.get("delta") or {}).get("content") or ch.get("text") or ""
-                if ch.get("logprobs"):
-                    lps.append(json.dumps(ch["logprobs"], sort_keys=True))
+                if ch.get("logprobs"):  # per token entries; chunk boundaries may differ between runs
+                    lp = ch["logprobs"]
+                    if "content" in lp:
+                        lps.extend(json.dumps(x, sort_keys=True) for x in lp["content"] or [])
+                    else:
+                        lps.extend(json.dumps([t, l, o, tl], sort_keys=True) for t, l, o, tl in
+                                   zip(lp["tokens"], lp["token_logprobs"], lp["text_offset"], lp["top_logprobs"] or [None] * len(lp["tokens"])))
                 finish = ch.get("finish_reason") or finish
         assert raw_body.rstrip().endswith(b"data: [DONE]"), raw_body[-200:]
         return text, lps, finish, usage["completion_tokens"] if usage else None
     obj = json.loads(raw_body)
     ch = obj["choices"][0]
     text = ch["message"]["content"] if "message" in ch else ch["text"]
-    return text, [json.dumps(ch.get("logprobs"), sort_keys=True)], ch["finish_reason"], obj["usage"]["completion_tokens"]
-
-
-def stream_lps(res):
-    """Streamed logprobs arrive in chunks whose boundaries may differ; compare their concatenation."""
-    return "".join(res[1])
+    lp, lps = ch.get("logprobs"), []
+    if lp and "content" in lp:
+        lps = [json.dumps(x, sort_keys=True) for x in lp["content"] or []]
+    elif lp:
+        lps = [json.dumps([t, l, o, tl], sort_keys=True) for t, l, o, tl in
+               zip(lp["tokens"], lp["token_logprobs"], lp["text_offset"], lp["top_logprobs"] or [None] * len(lp["tokens"]))]
+    return text, lps, ch["finish_reason"], obj["usage"]["completion_tokens"]
 
 
 def same(a, b):
-    return a[0] == b[0] and a[2] == b[2] and a[3] == b[3] and stream_lps(a) == stream_lps(b)
+    """text, the per-token logprob entries, the finish reason and the token count"""
+    return a[0] == b[0] and a[1] == b[1] and a[2] == b[2] and a[3] == b[3]
 
 
 def health(port):
