@@ -203,9 +203,9 @@ static size_t on_body_mem(char *data, size_t size, size_t nmemb, void *ud) {
 }
 
 static CURL *new_handle(const pull_ctx *c, const char *url, struct curl_slist **hdrs, http_resp *r) {
+    *hdrs = NULL;
     CURL *h = curl_easy_init();
     if (!h) return NULL;
-    *hdrs = NULL;
     /* the token goes to the endpoint only, never to a CDN (libcurl also drops it on redirects to
      * another host) */
     size_t el = strlen(c->endpoint);
@@ -393,6 +393,8 @@ static dsp_status head_file(const pull_ctx *c, const char *commit, const pull_fi
         st = dsp_error(DSP_ERR_FORMAT, "%s: %s: etag '%.80s' is neither a SHA-256 nor a git blob id", c->repo_id, pf->name, e);
     else if (pf->lfs_sha && strcmp(pf->lfs_sha, m->etag))
         st = dsp_error(DSP_ERR_FORMAT, "%s: %s: etag %s differs from the listing's LFS SHA-256 %.64s", c->repo_id, pf->name, m->etag, pf->lfs_sha);
+    else if (!pf->lfs_sha && pf->blob_id && strcmp(pf->blob_id, m->etag))
+        st = dsp_error(DSP_ERR_FORMAT, "%s: %s: etag %s differs from the listing's git blob id %.40s", c->repo_id, pf->name, m->etag, pf->blob_id);
     if (st) {
         free(url);
         return st;

@@ -31,7 +31,7 @@ void dsp_nfc_scratch_free(dsp_nfc_scratch *sc) {
 
 /* ---- table lookups --------------------------------------------------------------------------- */
 
-static inline bool in_block(uint32_t cp) { return (nfc_block[cp >> 11] >> ((cp >> 8) & 7)) & 1; }
+static inline bool in_block(uint32_t cp) { return cp < 0x110000 && (nfc_block[cp >> 11] >> ((cp >> 8) & 7)) & 1; }
 
 static uint8_t ccc_of(uint32_t cp) {
     if (cp < 0x300 || !in_block(cp)) return 0;
