@@ -42,8 +42,9 @@ typedef struct dsp_tokenizer dsp_tokenizer;   /* owned by its model */
 typedef struct dsp_model_params {
     bool vocab_only;        /* load metadata + tokenizer only; no weight checks beyond the file layout */
     bool progress;          /* print load progress to stderr (the CLI sets it on a TTY) */
-    const char *quantize;   /* NULL, or "q8_0", "q4_0": F32/F16/BF16 matrices are quantized at load,
-                               bit-identical to the gguf package's quantizer */
+    const char *quantize;   /* NULL, or "q8_0", "q4_0", "q4_k": F32/F16/BF16 matrices are quantized at
+                               load, bit-identical to the gguf package's quantizer (q8_0, q4_0) or
+                               byte-identical to llama.cpp's reference quantizer (q4_k) */
     int n_threads;          /* threads for load-time work (quantization); 0 = physical cores */
 } dsp_model_params;
 

@@ -25,6 +25,7 @@ int dsp_cmd_generate(int argc, char **argv);
 int dsp_cmd_chat(int argc, char **argv);
 int dsp_cmd_benchmark(int argc, char **argv);
 int dsp_cmd_serve(int argc, char **argv);
+int dsp_cmd_pull(int argc, char **argv);
 
 double dsp_cli_now_ms(void);
 struct dsp_gen_params;
