@@ -5,7 +5,7 @@ tools/gen_tok_hf_fixtures.py): ids for all 2,420 corpus strings and the decode o
   regenerated here from the generator (sha256 checked against the fixture), always run;
 * SmolLM2 and Gemma 3 tokenizer.json as transformers exports them from the GGUFs in models/: too
   large to commit; run when tools/gen_tok_hf_fixtures.py has written them to build/tok-hf/
-  (sha256 checked), skipped visibly otherwise.
+  (sha256 checked), skipped visibly otherwise (in CI too: the generator needs transformers).
 """
 
 import hashlib
@@ -45,6 +45,7 @@ def test_metaspace(tmp_path, name, scheme, split):
     check(str(tmp_path), name)
 
 
+@pytest.mark.needs_tools_venv
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_exported(name):
     d = os.path.join(ROOT, "build", "tok-hf", name)
