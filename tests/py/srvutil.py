@@ -16,7 +16,9 @@ SCRIPTED_BIN = os.environ.get("DSPARK_SCRIPTED_BIN", os.path.join(os.path.dirnam
 MODELS = os.environ.get("DSP_MODELS", "models")
 MODEL = os.path.join(MODELS, "SmolLM2-135M-Instruct.Q4_1.gguf")
 # sanitizer builds (ASan, TSan: ctest sets DSP_SANITIZED) are slower: tests keep generations short
-SANITIZED = os.environ.get("DSP_SANITIZED") == "1" or "asan" in BIN
+SANITIZED = os.environ.get("DSP_SANITIZED") == "1" or "asan" in BIN or "tsan" in BIN
+# how long a client waits for a response: a sanitized server with a full batch is 10-50x slower
+IO_TIMEOUT = 600 if SANITIZED else 30
 
 
 class Server:
@@ -76,7 +78,7 @@ class Server:
         assert "ERROR: AddressSanitizer" not in log and "runtime error:" not in log, log[-20000:]
 
 
-def raw(port, data, timeout=30, shut_wr=False):
+def raw(port, data, timeout=IO_TIMEOUT, shut_wr=False):
     """Send raw bytes, read until the server closes or a full response arrived; returns
     (status, headers dict, body bytes) or (None, {}, bytes received)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
@@ -89,7 +91,7 @@ def raw(port, data, timeout=30, shut_wr=False):
         s.close()
 
 
-def read_response(s, timeout=30):
+def read_response(s, timeout=IO_TIMEOUT):
     s.settimeout(timeout)
     buf = b""
     while b"\r\n\r\n" not in buf:

@@ -205,7 +205,8 @@ def test_small_kv_pool_eviction_and_limit():
     prompts evict each other's cached blocks; running ones are never touched, outputs stay exact."""
     s = Server("--kv-memory", "2M", "--max-batch", "4")
     try:
-        bodies = [{"prompt": p + " " + q, "temperature": 0, "max_tokens": 6} for p in PROMPTS for q in QUESTIONS[:3]]
+        prompts = PROMPTS[:4] if SANITIZED else PROMPTS
+        bodies = [{"prompt": p + " " + q, "temperature": 0, "max_tokens": 6} for p in prompts for q in QUESTIONS[:3]]
         solo = [result_of("/v1/completions", b, post(s.port, "/v1/completions", b)[2]) for b in bodies]
         out = [None] * len(bodies)
 
@@ -216,7 +217,7 @@ def test_small_kv_pool_eviction_and_limit():
         for t in ts:
             t.start()
         for t in ts:
-            t.join(300)
+            t.join(900)
         for i in range(len(bodies)):
             assert same(solo[i], out[i]), (i, solo[i], out[i])
         # larger than the whole cache: a 400 that names the limit
