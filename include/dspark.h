@@ -179,9 +179,18 @@ typedef enum dsp_device {
 } dsp_device;
 const char *dsp_device_to_string(dsp_device d); /* "auto", "cpu", "cuda" */
 
+/* The element type of the KV cache on the GPU (the CPU keeps K/V in F32). */
+typedef enum dsp_kv_type {
+    DSP_KV_DEFAULT = 0,     /* the backend's own: F16 on the GPU */
+    DSP_KV_F16,
+    DSP_KV_BF16,            /* F16's range is +-65504; BF16 has F32's range with 8 significant bits */
+} dsp_kv_type;
+const char *dsp_kv_type_to_string(dsp_kv_type t); /* "default", "f16", "bf16" */
+
 typedef struct dsp_engine_params {
     dsp_device device;
     int gpu;                /* CUDA device index */
+    dsp_kv_type kv_type;    /* GPU only: asking for it with device CPU is an error */
     int n_threads;          /* CPU threads; 0 = physical cores */
     uint32_t n_ctx;         /* tokens per sequence; 0 = min(training context, 4096) */
     uint64_t kv_memory;     /* bytes of KV cache over all sequences; 0 = enough for max_batch full contexts,
