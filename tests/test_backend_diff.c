@@ -10,6 +10,7 @@
  *        fused   compared after embed, matmul and attention only (the GPU fuses add -> rmsnorm ->
  *                matmul, swiglu -> matmul, norm_rope q, k + kv_write), resynced there;
  *        free    no resync: the GPU's own forward, errors compound as they would in use.
+ * The CPU reference runs with f32 activations (dsp_precision F32), the arithmetic the GPU does.
  * Tolerances (NMSE against the CPU, as tests/test_cuda_ops.c argues): 1e-6 per op (matmuls land near
  * 1e-11, elementwise ops near 1e-14), attention 1e-5 with F16 K/V and 1e-4 with BF16; in the free run
  * everything within 1e-5 (F16) or 1e-4 (BF16), as the forward test's logits.
@@ -150,8 +151,8 @@ int main(void) {
     }
     const char *kvt = getenv("DSP_TEST_KV_TYPE");
     g_bf16 = kvt && !strcmp(kvt, "bf16");
-    dsp_backend_params rp = {.kind = DSP_BACKEND_CPU, .n_threads = env_int("DSP_DIFF_THREADS", 0)};
-    dsp_backend_params dp = {.kind = self ? DSP_BACKEND_CPU : DSP_BACKEND_CUDA, .n_threads = rp.n_threads,
+    dsp_backend_params rp = {.kind = DSP_BACKEND_CPU, .n_threads = env_int("DSP_DIFF_THREADS", 0), .f32_activations = true};
+    dsp_backend_params dp = {.kind = self ? DSP_BACKEND_CPU : DSP_BACKEND_CUDA, .n_threads = rp.n_threads, .f32_activations = true,
                              .kv_type = g_bf16 ? DSP_BF16 : 0};
     if ((self ? dsp_backend_cpu_create(&dp, &g_dut) : dsp_backend_cuda_create(&dp, &g_dut)) != DSP_OK) {
         printf("SKIP: %s\n", dsp_last_error());

@@ -25,6 +25,7 @@ int dsp_cmd_generate(int argc, char **argv);
 int dsp_cmd_chat(int argc, char **argv);
 int dsp_cmd_benchmark(int argc, char **argv);
 int dsp_cmd_serve(int argc, char **argv);
+int dsp_cmd_pull(int argc, char **argv);
 
 double dsp_cli_now_ms(void);
 struct dsp_gen_params;
@@ -34,7 +35,8 @@ struct dsp_engine_params;
 int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, struct dsp_gen_params *gp, int *n_stop, struct dsp_engine_params *cp,
                           bool *handled);
 /* Engine options alone (serve, benchmark too): -c/--ctx, -t/--threads, --batch-tokens (--batch),
- * --max-batch, --kv-memory, --no-prefix-cache, --device/--backend auto|cpu|cuda, --gpu N. */
+ * --max-batch, --kv-memory, --no-prefix-cache, --device/--backend auto|cpu|cuda, --gpu N,
+ * --precision q8|f32. */
 int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_params *cp, bool *handled);
 /* the help lines for those */
 #define DSP_CLI_ENGINE_HELP                                                                                    \
@@ -44,7 +46,8 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_pa
     "      --kv-type T         KV cache element type on the GPU: f16 (default) or bf16 (F32's range)\n"       \
     "      --batch-tokens N    tokens per forward, also the prefill chunk (default 512)\n"                      \
     "      --kv-memory SIZE    KV cache size, e.g. 512M (default: max-batch full contexts, at most 1/4 RAM)\n"   \
-    "      --no-prefix-cache   do not reuse the KV of earlier requests\n"
+    "      --no-prefix-cache   do not reuse the KV of earlier requests\n"                                      \
+    "      --precision P       CPU matmuls: q8 (default: 8-bit activations, integer dot products) or f32\n"
 /* The CLI's speculation defaults (the library's are baseline): --mode auto, --max-draft below. */
 #define DSP_CLI_DEFAULT_MAX_DRAFT 8
 /* Also marks the sampling fields "not given" (negative) for dsp_cli_sampling_defaults. */

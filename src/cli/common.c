@@ -189,7 +189,8 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
     *handled = true;
     if (*i + 1 >= argc && (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "--batch") ||
                            !strcmp(a, "--batch-tokens") || !strcmp(a, "--max-batch") || !strcmp(a, "--kv-memory") || !strcmp(a, "--device") ||
-                           !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--kv-type"))) {
+                           !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--kv-type") ||
+                           !strcmp(a, "--precision"))) {
         fprintf(stderr, "dspark: option %s needs a value\n", a);
         return 2;
     }
@@ -224,6 +225,14 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
         else if (!strcmp(t, "bf16")) cp->kv_type = DSP_KV_BF16;
         else {
             fprintf(stderr, "dspark: --kv-type: '%s' is not f16 or bf16\n", t);
+            return 2;
+        }
+    } else if (!strcmp(a, "--precision")) {
+        const char *d = argv[++*i];
+        if (!strcmp(d, "q8")) cp->precision = DSP_PRECISION_Q8;
+        else if (!strcmp(d, "f32")) cp->precision = DSP_PRECISION_F32;
+        else {
+            fprintf(stderr, "dspark: %s: '%s' is not one of q8, f32\n", a, d);
             return 2;
         }
     } else if (!strcmp(a, "--gpu")) {

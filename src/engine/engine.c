@@ -74,6 +74,8 @@ const char *dsp_kv_type_to_string(dsp_kv_type t) {
     return "unknown";
 }
 
+const char *dsp_precision_to_string(dsp_precision p) { return p == DSP_PRECISION_F32 ? "f32" : "q8"; }
+
 const char *dsp_spec_mode_to_string(dsp_spec_mode m) {
     switch (m) {
     case DSP_SPEC_BASELINE: return "baseline";
@@ -160,7 +162,8 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     e->next_id = 1;
     _Static_assert((int)DSP_DEVICE_CPU == (int)DSP_BACKEND_CPU && (int)DSP_DEVICE_CUDA == (int)DSP_BACKEND_CUDA, "device = backend kind");
     dsp_backend_params bp = {.kind = (dsp_backend_kind)p.device, .n_threads = p.n_threads, .gpu = p.gpu, .progress = p.progress,
-                             .kv_type = p.kv_type == DSP_KV_F16 ? DSP_F16 : p.kv_type == DSP_KV_BF16 ? DSP_BF16 : 0};
+                             .kv_type = p.kv_type == DSP_KV_F16 ? DSP_F16 : p.kv_type == DSP_KV_BF16 ? DSP_BF16 : 0,
+                             .f32_activations = p.precision == DSP_PRECISION_F32};
     dsp_status st = dsp_backend_create(&bp, &e->be);
     if (st) {
         free(e);
@@ -695,8 +698,6 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
 
     /* lay out the batch: decode blocks first, then prefill chunks */
     int n = 0, n_logits = 0, n_seqs = 0;
-    int n_prefill = 0;
-    for (int i = 0; i < e->n_running; i++) n_prefill += e->running[i]->state == DSP_REQ_PREFILL;
     for (int i = 0; i < e->n_running; i++) {
         dsp_req *r = e->running[i];
         r->n_rows = 0;
