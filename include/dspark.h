@@ -174,7 +174,7 @@ void dsp_model_gen_defaults(const dsp_model *m, dsp_gen_defaults *out);
 typedef struct dsp_engine dsp_engine;
 
 typedef enum dsp_device {
-    DSP_DEVICE_AUTO = 0,    /* the GPU when this build has CUDA and one is present, else the CPU */
+    DSP_DEVICE_AUTO = 0,    /* the CPU for now (README, GPU: not yet verified on real model shapes); DSP_DEVICE_CUDA asks for the GPU */
     DSP_DEVICE_CPU,
     DSP_DEVICE_CUDA,
 } dsp_device;
@@ -202,7 +202,7 @@ const char *dsp_precision_to_string(dsp_precision p); /* "q8", "f32" */
 typedef struct dsp_engine_params {
     dsp_device device;
     int gpu;                /* CUDA device index */
-    dsp_kv_type kv_type;    /* GPU only: asking for it with device CPU is an error */
+    dsp_kv_type kv_type;    /* device CUDA only: with another device it is an error */
     int n_threads;          /* CPU threads; 0 = physical cores */
     dsp_precision precision; /* CPU matmul arithmetic (default Q8) */
     uint32_t n_ctx;         /* tokens per sequence; 0 = min(training context, 4096) */

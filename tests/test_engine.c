@@ -200,6 +200,17 @@ static void test_bad_input(void) {
     ep.kv_tokens = 8;
     CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
     CHECK(e == NULL);
+    /* a K/V type is for device cuda only (auto is the CPU for now); an unknown one is refused */
+    const dsp_device devs[2] = {DSP_DEVICE_CPU, DSP_DEVICE_AUTO};
+    for (int d = 0; d < 2; d++) {
+        ep = dsp_engine_default_params();
+        ep.device = devs[d], ep.kv_type = DSP_KV_BF16;
+        CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
+    }
+    ep = dsp_engine_default_params();
+    ep.kv_type = (dsp_kv_type)7;
+    CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
+    CHECK(e == NULL);
     /* after all that the engine still works */
     gp = dsp_gen_default_params();
     gp.max_tokens = 2;

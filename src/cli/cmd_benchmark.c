@@ -55,7 +55,7 @@ static void usage(FILE *f) {
             "      --mode M         speculation for the decode figure: baseline|lookup|auto (default baseline)\n"
             "      --max-draft N    drafted tokens per round at most (default: the library's)\n"
             "      --bw-mb N        buffer of the bandwidth test in MiB (default 1024, 4096 on a GPU; 0 = skip)\n"
-            "      --backend B      where the forward runs: auto|cpu|cuda (default auto: the GPU if present)\n"
+            "      --backend B      where the forward runs: auto|cpu|cuda (default auto: the CPU for now)\n"
             "      --gpu N          CUDA device (default 0)\n"
             "      --kv-type T      K/V element type on the GPU: f16|bf16 (default f16)\n"
             "      --precision P    CPU matmuls: q8 (default, 8-bit activations) or f32\n"

@@ -147,8 +147,8 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
         return dsp_error(DSP_ERR_INVALID_ARG, "unknown device %d", (int)p.device);
     if (p.kv_type != DSP_KV_DEFAULT && p.kv_type != DSP_KV_F16 && p.kv_type != DSP_KV_BF16)
         return dsp_error(DSP_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
-    if (p.kv_type != DSP_KV_DEFAULT && p.device == DSP_DEVICE_CPU)
-        return dsp_error(DSP_ERR_INVALID_ARG, "KV cache type %s: the CPU keeps K/V in F32 (the type is for the GPU)",
+    if (p.kv_type != DSP_KV_DEFAULT && p.device != DSP_DEVICE_CUDA) /* auto is the CPU for now (backend.c) */
+        return dsp_error(DSP_ERR_INVALID_ARG, "KV cache type %s: the CPU keeps K/V in F32 (the type is for device cuda)",
                          dsp_kv_type_to_string(p.kv_type));
     if (p.max_batch == 0) p.max_batch = 8;
     if (p.batch_tokens == 0) p.batch_tokens = 512;
