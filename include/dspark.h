@@ -174,11 +174,19 @@ void dsp_model_gen_defaults(const dsp_model *m, dsp_gen_defaults *out);
 typedef struct dsp_engine dsp_engine;
 
 typedef enum dsp_device {
-    DSP_DEVICE_AUTO = 0,    /* the GPU when this build has CUDA and one is present, else the CPU */
+    DSP_DEVICE_AUTO = 0,    /* the CPU for now (README, GPU: not yet verified on real model shapes); DSP_DEVICE_CUDA asks for the GPU */
     DSP_DEVICE_CPU,
     DSP_DEVICE_CUDA,
 } dsp_device;
 const char *dsp_device_to_string(dsp_device d); /* "auto", "cpu", "cuda" */
+
+/* The element type of the KV cache on the GPU (the CPU keeps K/V in F32). */
+typedef enum dsp_kv_type {
+    DSP_KV_DEFAULT = 0,     /* the backend's own: F16 on the GPU */
+    DSP_KV_F16,
+    DSP_KV_BF16,            /* F16's range is +-65504; BF16 has F32's range with 8 significant bits */
+} dsp_kv_type;
+const char *dsp_kv_type_to_string(dsp_kv_type t); /* "default", "f16", "bf16" */
 
 /* Arithmetic of the matmuls on the CPU. Q8 (the default): activations are quantized to 8 bits per
  * block of 32 for weights of types Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K, and the dot products
@@ -194,6 +202,7 @@ const char *dsp_precision_to_string(dsp_precision p); /* "q8", "f32" */
 typedef struct dsp_engine_params {
     dsp_device device;
     int gpu;                /* CUDA device index */
+    dsp_kv_type kv_type;    /* device CUDA only: with another device it is an error */
     int n_threads;          /* CPU threads; 0 = physical cores */
     dsp_precision precision; /* CPU matmul arithmetic (default Q8) */
     uint32_t n_ctx;         /* tokens per sequence; 0 = min(training context, 4096) */

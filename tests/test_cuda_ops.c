@@ -625,7 +625,7 @@ int main(void) {
         return clear ? SKIP : 1;
     }
     fprintf(stderr, "%s\n", g_gpu->desc);
-    dsp_backend_params cp = {.kind = DSP_BACKEND_CPU, .n_threads = 2};
+    dsp_backend_params cp = {.kind = DSP_BACKEND_CPU, .n_threads = 2, .f32_activations = true}; /* the GPU's f32 activations */
     CHECK(dsp_backend_cpu_create(&cp, &g_cpu) == DSP_OK);
     dsp_be_limits lim = {1024, 4096, 4, 1024, 128};
     CHECK(g_cpu->ops->reserve(g_cpu, &lim) == DSP_OK);

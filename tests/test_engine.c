@@ -116,6 +116,25 @@ static void test_greedy_and_prefix_reuse(void) {
     dsp_engine_destroy(nc);
 }
 
+/* A round where every request is plain greedy without logprobs reads only the logits rows' argmax
+ * from the backend (dsp_spec_verify_argmax); with logprobs the same request reads whole rows: the
+ * tokens must be the same, also with lookup drafts verified from argmax rows. */
+static void test_argmax_rounds(void) {
+    int32_t p[256];
+    int n = tokenize(CHAT("Copy the list: apples, bananas, cherries, dates, elderberries, figs, grapes."), p, 256);
+    for (int mode = 0; mode < 2; mode++) {
+        collected a = {0}, b = {0};
+        dsp_gen_params gp = dsp_gen_default_params();
+        gp.max_tokens = 32;
+        gp.mode = mode ? DSP_SPEC_LOOKUP : DSP_SPEC_BASELINE;
+        CHECK(dsp_generate(g_e, p, (size_t)n, &gp, collect, &a, &a.res) == DSP_OK);
+        gp.logprobs = 0;
+        CHECK(dsp_generate(g_e, p, (size_t)n, &gp, collect, &b, &b.res) == DSP_OK);
+        CHECK(a.n == b.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n) && !strcmp(a.text, b.text));
+        CHECK(a.n > 8);
+    }
+}
+
 static void test_seeded_sampling(void) {
     int32_t p[64];
     int n = tokenize("Once upon a time", p, 64);
@@ -181,6 +200,17 @@ static void test_bad_input(void) {
     CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
     ep = dsp_engine_default_params();
     ep.kv_tokens = 8;
+    CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
+    CHECK(e == NULL);
+    /* a K/V type is for device cuda only (auto is the CPU for now); an unknown one is refused */
+    const dsp_device devs[2] = {DSP_DEVICE_CPU, DSP_DEVICE_AUTO};
+    for (int d = 0; d < 2; d++) {
+        ep = dsp_engine_default_params();
+        ep.device = devs[d], ep.kv_type = DSP_KV_BF16;
+        CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
+    }
+    ep = dsp_engine_default_params();
+    ep.kv_type = (dsp_kv_type)7;
     CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
     CHECK(e == NULL);
     /* after all that the engine still works */
@@ -446,6 +476,7 @@ int main(void) {
     if (!(g_m = dsp_test_load_default_model())) return dsp_test_summary();
     g_e = make_engine(1, 512, 2048, true);
     DSP_RUN(test_greedy_and_prefix_reuse);
+    DSP_RUN(test_argmax_rounds);
     DSP_RUN(test_seeded_sampling);
     DSP_RUN(test_stop_and_cancel);
     DSP_RUN(test_bad_input);

@@ -206,6 +206,7 @@ static void test_vs_cpu(void) {
     dsp_fwd *gf = g_f;
     dsp_fwd_params fp = dsp_fwd_default_params();
     fp.n_ctx = 256, fp.max_batch_tokens = 64, fp.n_threads = 2, fp.max_taps = 2;
+    fp.f32_activations = true; /* the GPU's activations are f32: compare with the CPU's exact path */
     CHECK(dsp_fwd_create(g_m, &fp, &g_f) == DSP_OK);
     float *cpu = run_chunked(N_PROMPT, false);
     dsp_fwd_destroy(g_f);

@@ -28,6 +28,7 @@
 #include "spec/spec.h"
 #include "spec/verify_impl.h" /* the faulty rules live only here and in the tests */
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,7 +181,7 @@ static int generate(draft_kind kind, int k_draft, const dsp_sample_params *sp, d
         propose(kind, sp, buf, h.len, k, drng, draft, q);
         for (int i = 0; i <= k; i++) memcpy(logits + (size_t)i * V, row_of(g_target, buf, h.len + (uint32_t)i), sizeof(float) * V);
         int32_t n_out;
-        dsp_status st = dsp_spec_verify_impl(logits, V, k, draft, kind == DRAFT_Q ? q : NULL, &h, sp, rng, &g_s, &g_d, fault, out, &n_out);
+        dsp_status st = dsp_spec_verify_impl(logits, NULL, V, k, draft, kind == DRAFT_Q ? q : NULL, &h, sp, rng, &g_s, &g_d, fault, out, &n_out);
         CHECK(st == DSP_OK);
         CHECK(n_out >= 1 && n_out <= k + 1);
         for (int i = 0; i < n_out - 1; i++) CHECK(out[i] == draft[i]);
@@ -301,6 +302,62 @@ static void test_onehot_equals_baseline_path(void) {
     }
 }
 
+/* Plain greedy from argmax rows (dsp_spec_verify_argmax, what the engine uses when the backend
+ * computes the argmax where the logits are) decides exactly what the logits path decides: the same
+ * tokens, history and RNG state, on rows with ties, NaN and +inf, and the same error on a row with
+ * no finite value; other parameters are refused. */
+static void test_argmax_rows(void) {
+    enum { W = 50, K = 5 };
+    static float rows[K + 1][W];
+    uint64_t x = 99;
+    size_t sb = dsp_sample_scratch_bytes(W), db = dsp_sample_dist_bytes(W);
+    void *sm = aligned_alloc(64, (sb + 63) / 64 * 64), *dm = aligned_alloc(64, (db + 63) / 64 * 64);
+    dsp_sample_scratch s;
+    dsp_sample_dist d;
+    dsp_sample_scratch_init(&s, sm, sb, W);
+    dsp_sample_dist_init(&d, dm, db, W);
+    dsp_sample_params sp = dsp_sample_params_default();
+    sp.temperature = 0.0f;
+    CHECK(dsp_sample_params_plain_greedy(&sp));
+    for (int trial = 0; trial < 400; trial++) {
+        for (int i = 0; i <= K; i++)
+            for (int j = 0; j < W; j++) rows[i][j] = (float)(lcg(&x) % 7) - 3.0f; /* many ties */
+        const int odd = trial % 5;
+        if (odd == 1) rows[trial % (K + 1)][(int)(lcg(&x) % W)] = NAN;
+        if (odd == 2) rows[trial % (K + 1)][3] = INFINITY, rows[trial % (K + 1)][1] = INFINITY, rows[trial % (K + 1)][0] = FLT_MAX;
+        if (odd == 3 && trial % 3 == 0)
+            for (int j = 0; j < W; j++) rows[trial % (K + 1)][j] = j % 2 ? NAN : -INFINITY; /* nothing finite */
+        int32_t am[K + 1], draft[K];
+        for (int i = 0; i <= K; i++) am[i] = dsp_sample_argmax(rows[i], W);
+        const int k = trial % (K + 1);
+        for (int i = 0; i < k; i++) draft[i] = lcg(&x) % 3 ? am[i] : (int32_t)(lcg(&x) % W); /* mostly right */
+        int32_t b1[N_PROMPT + K + 1], b2[N_PROMPT + K + 1], o1[K + 1], o2[K + 1], n1 = -1, n2 = -1;
+        memcpy(b1, g_prompt, sizeof g_prompt), memcpy(b2, g_prompt, sizeof g_prompt);
+        dsp_sample_history h1, h2;
+        dsp_sample_history_init(&h1, b1, N_PROMPT + K + 1, N_PROMPT), dsp_sample_history_init(&h2, b2, N_PROMPT + K + 1, N_PROMPT);
+        dsp_rng r1, r2;
+        dsp_rng_seed(&r1, (uint64_t)trial), dsp_rng_seed(&r2, (uint64_t)trial);
+        dsp_status s1 = dsp_spec_verify(&rows[0][0], W, k, draft, NULL, &h1, &sp, &r1, &s, &d, o1, &n1);
+        dsp_status s2 = dsp_spec_verify_argmax(am, W, k, draft, &h2, &sp, &r2, o2, &n2);
+        CHECK_EQ_INT(s1, s2);
+        CHECK_EQ_INT(n1, n2);
+        CHECK(h1.len == h2.len && !memcmp(b1, b2, sizeof(int32_t) * h1.len));
+        CHECK(n1 < 0 || !memcmp(o1, o2, sizeof(int32_t) * (size_t)n1));
+        CHECK(dsp_rng_uniform(&r1) == dsp_rng_uniform(&r2));
+    }
+    int32_t am[1] = {0}, o[1], n;
+    dsp_sample_history h;
+    int32_t buf[N_PROMPT + 1];
+    memcpy(buf, g_prompt, sizeof g_prompt);
+    dsp_sample_history_init(&h, buf, N_PROMPT + 1, N_PROMPT);
+    dsp_rng r;
+    dsp_rng_seed(&r, 1);
+    sp.repetition_penalty = 1.3f; /* a processor that can move the argmax */
+    CHECK(!dsp_sample_params_plain_greedy(&sp));
+    CHECK_EQ_INT(dsp_spec_verify_argmax(am, W, 0, NULL, &h, &sp, &r, o, &n), DSP_ERR_INVALID_ARG);
+    free(sm), free(dm);
+}
+
 int main(void) {
     size_t sb = dsp_sample_scratch_bytes(V), db = dsp_sample_dist_bytes(V);
     void *sm = aligned_alloc(64, (sb + 63) / 64 * 64), *dm = aligned_alloc(64, (db + 63) / 64 * 64);
@@ -308,6 +365,7 @@ int main(void) {
     dsp_sample_dist_init(&g_d, dm, db, V);
     make_tables();
     DSP_RUN(test_greedy);
+    DSP_RUN(test_argmax_rows);
     DSP_RUN(test_onehot_equals_baseline_path);
     DSP_RUN(test_lossless_sampling);
     DSP_RUN(test_wrong_rules_are_detected);

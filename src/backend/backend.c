@@ -28,7 +28,9 @@ dsp_status dsp_backend_create(const dsp_backend_params *p, dsp_backend **out) {
     switch (p->kind) {
     case DSP_BACKEND_CPU: return dsp_backend_cpu_create(p, out);
     case DSP_BACKEND_CUDA: return dsp_backend_cuda_create(p, out);
-    case DSP_BACKEND_AUTO: return dsp_backend_cuda_available() ? dsp_backend_cuda_create(p, out) : dsp_backend_cpu_create(p, out);
+    /* auto is the CPU for now: the GPU forward still has to be shown right on real model shapes (a
+     * SmolLM2-135M-shaped model gave logits far from the CPU's; README, GPU). The GPU only when asked. */
+    case DSP_BACKEND_AUTO: return dsp_backend_cpu_create(p, out);
     }
     *out = NULL;
     return dsp_error(DSP_ERR_INVALID_ARG, "unknown backend kind %d", (int)p->kind);

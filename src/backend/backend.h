@@ -150,7 +150,8 @@ typedef struct dsp_backend_ops {
     /* Logits processing on the device, so greedy decoding need not download vocabulary rows. Both
      * read rows [0, n_rows) of n_vocab logits, may be called inside a forward (after the matmul that
      * writes them: what is recorded runs first) or after end(), and complete before returning.
-     * argmax: out[r] = first index of the row's maximum. top_logprobs: the k (<= 64) largest
+     * argmax: out[r] = the sampler's greedy token of row r (dsp_sample_argmax: NaN read as -inf,
+     * +inf as FLT_MAX, the first index of the maximum; -1 if no value is finite). top_logprobs: the k (<= 64) largest
      * logits of each row, descending (ties: lower id first), as ids[r * k + j] and their
      * log-softmax values lp[r * k + j]; lse[r] (may be NULL) = the row's log-sum-exp. */
     dsp_status (*argmax)(dsp_backend *be, const dsp_buf *logits, int n_rows, int n_vocab, int32_t *out);

@@ -42,7 +42,8 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_pa
 #define DSP_CLI_ENGINE_HELP                                                                                    \
     "  -c, --ctx N             context length per sequence (default min(model, 4096))\n"                       \
     "  -t, --threads N         CPU threads (default: physical cores)\n"                                         \
-    "      --device D          auto (default: the GPU when present), cpu or cuda; --gpu N picks the GPU\n"      \
+    "      --device D          auto (default: the CPU for now), cpu or cuda (the GPU; --gpu N picks one)\n"   \
+    "      --kv-type T         KV cache element type on the GPU: f16 (default) or bf16 (F32's range)\n"       \
     "      --batch-tokens N    tokens per forward, also the prefill chunk (default 512)\n"                      \
     "      --kv-memory SIZE    KV cache size, e.g. 512M (default: max-batch full contexts, at most 1/4 RAM)\n"   \
     "      --no-prefix-cache   do not reuse the KV of earlier requests\n"                                      \

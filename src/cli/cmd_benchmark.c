@@ -10,8 +10,8 @@
  *             logits for every row (what verifying k drafted tokens costs), relative to k = 0;
  *   batched   B independent sequences (128-token prefixes) decoding one token each per forward,
  *             B = 1, 2, 4, .. 32: total tok/s.
- * --backend cpu|cuda|auto chooses where everything runs (--gpu N; --kv-type f16|bf16 for the CUDA
- * forward figures: the engine keeps the backend's default until its params carry a K/V type).
+ * --backend cpu|cuda|auto chooses where everything runs (--gpu N; --kv-type f16|bf16 on the GPU, for
+ * the forward figures and the engine's).
  * Stamped with the CPU (and GPU), the kernel ISA in use, threads, git commit, peak RSS, the memory
  * bandwidth of a streaming read test (of device memory for CUDA) and the decode roofline: bytes one
  * decode step reads (weights + the K/V of the context) / bandwidth. --json prints one object
@@ -55,7 +55,7 @@ static void usage(FILE *f) {
             "      --mode M         speculation for the decode figure: baseline|lookup|auto (default baseline)\n"
             "      --max-draft N    drafted tokens per round at most (default: the library's)\n"
             "      --bw-mb N        buffer of the bandwidth test in MiB (default 1024, 4096 on a GPU; 0 = skip)\n"
-            "      --backend B      where the forward runs: auto|cpu|cuda (default auto: the GPU if present)\n"
+            "      --backend B      where the forward runs: auto|cpu|cuda (default auto: the CPU for now)\n"
             "      --gpu N          CUDA device (default 0)\n"
             "      --kv-type T      K/V element type on the GPU: f16|bf16 (default f16)\n"
             "      --precision P    CPU matmuls: q8 (default, 8-bit activations) or f32\n"
@@ -294,6 +294,7 @@ static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const dsp_g
     cp.n_threads = bp->n_threads;
     cp.max_batch = 1;
     cp.precision = bp->f32_activations ? DSP_PRECISION_F32 : DSP_PRECISION_Q8;
+    if (cp.device == DSP_DEVICE_CUDA) cp.kv_type = bp->kv_type == DSP_BF16 ? DSP_KV_BF16 : bp->kv_type == DSP_F16 ? DSP_KV_F16 : DSP_KV_DEFAULT;
     dsp_engine *c = NULL;
     int32_t *ids = NULL;
     int rc = 1;

@@ -189,7 +189,8 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
     *handled = true;
     if (*i + 1 >= argc && (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "--batch") ||
                            !strcmp(a, "--batch-tokens") || !strcmp(a, "--max-batch") || !strcmp(a, "--kv-memory") || !strcmp(a, "--device") ||
-                           !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--precision"))) {
+                           !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--kv-type") ||
+                           !strcmp(a, "--precision"))) {
         fprintf(stderr, "dspark: option %s needs a value\n", a);
         return 2;
     }
@@ -216,6 +217,14 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
         else if (!strcmp(d, "cuda") || !strcmp(d, "gpu")) cp->device = DSP_DEVICE_CUDA;
         else {
             fprintf(stderr, "dspark: %s: '%s' is not one of auto, cpu, cuda\n", a, d);
+            return 2;
+        }
+    } else if (!strcmp(a, "--kv-type")) {
+        const char *t = argv[++*i];
+        if (!strcmp(t, "f16")) cp->kv_type = DSP_KV_F16;
+        else if (!strcmp(t, "bf16")) cp->kv_type = DSP_KV_BF16;
+        else {
+            fprintf(stderr, "dspark: --kv-type: '%s' is not f16 or bf16\n", t);
             return 2;
         }
     } else if (!strcmp(a, "--precision")) {

@@ -65,6 +65,15 @@ const char *dsp_device_to_string(dsp_device d) {
     return "unknown";
 }
 
+const char *dsp_kv_type_to_string(dsp_kv_type t) {
+    switch (t) {
+    case DSP_KV_DEFAULT: return "default";
+    case DSP_KV_F16: return "f16";
+    case DSP_KV_BF16: return "bf16";
+    }
+    return "unknown";
+}
+
 const char *dsp_precision_to_string(dsp_precision p) { return p == DSP_PRECISION_F32 ? "f32" : "q8"; }
 
 const char *dsp_spec_mode_to_string(dsp_spec_mode m) {
@@ -136,6 +145,11 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
         return dsp_error(DSP_ERR_INVALID_ARG, "batch_tokens must be between 1 and 65536 (got %d)", p.batch_tokens);
     if (p.device != DSP_DEVICE_AUTO && p.device != DSP_DEVICE_CPU && p.device != DSP_DEVICE_CUDA)
         return dsp_error(DSP_ERR_INVALID_ARG, "unknown device %d", (int)p.device);
+    if (p.kv_type != DSP_KV_DEFAULT && p.kv_type != DSP_KV_F16 && p.kv_type != DSP_KV_BF16)
+        return dsp_error(DSP_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
+    if (p.kv_type != DSP_KV_DEFAULT && p.device != DSP_DEVICE_CUDA) /* auto is the CPU for now (backend.c) */
+        return dsp_error(DSP_ERR_INVALID_ARG, "KV cache type %s: the CPU keeps K/V in F32 (the type is for device cuda)",
+                         dsp_kv_type_to_string(p.kv_type));
     if (p.max_batch == 0) p.max_batch = 8;
     if (p.batch_tokens == 0) p.batch_tokens = 512;
     if (p.max_batch > p.batch_tokens)
@@ -148,16 +162,18 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     e->next_id = 1;
     _Static_assert((int)DSP_DEVICE_CPU == (int)DSP_BACKEND_CPU && (int)DSP_DEVICE_CUDA == (int)DSP_BACKEND_CUDA, "device = backend kind");
     dsp_backend_params bp = {.kind = (dsp_backend_kind)p.device, .n_threads = p.n_threads, .gpu = p.gpu, .progress = p.progress,
+                             .kv_type = p.kv_type == DSP_KV_F16 ? DSP_F16 : p.kv_type == DSP_KV_BF16 ? DSP_BF16 : 0,
                              .f32_activations = p.precision == DSP_PRECISION_F32};
     dsp_status st = dsp_backend_create(&bp, &e->be);
     if (st) {
         free(e);
         return st;
     }
-    /* context and KV pool */
+    /* context and KV pool (the GPU stores K/V in 16 bits) */
     const dsp_hparams *hp = &m->hp;
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (uint32_t)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    uint64_t per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * sizeof(float);
+    const uint64_t kv_elem = e->be->kind == DSP_BACKEND_CUDA ? 2 : sizeof(float);
+    uint64_t per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * kv_elem;
     uint64_t kv_tokens = p.kv_tokens;
     if (!kv_tokens && p.kv_memory) kv_tokens = p.kv_memory / per_token;
     if (!kv_tokens) {
@@ -202,6 +218,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     }
     size_t sbytes = dsp_sample_scratch_bytes(e->n_vocab), dbytes = dsp_sample_dist_bytes(e->n_vocab), T = (size_t)e->batch_tokens;
     e->logits = alloc64(sizeof(float) * (size_t)e->n_vocab * (size_t)e->max_rows);
+    e->argmax = dsp_fwd_has_argmax(e->fwd) ? alloc64(sizeof(int32_t) * (size_t)e->max_rows) : NULL;
     e->scratch_mem = alloc64(sbytes);
     e->dist_mem = alloc64(dbytes);
     e->running = calloc((size_t)e->max_batch, sizeof *e->running);
@@ -214,7 +231,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     e->ev = malloc(e->ev_cap * sizeof *e->ev);
     e->done_cap = (size_t)e->max_batch + 16;
     e->done = malloc(e->done_cap * sizeof *e->done);
-    if (!e->logits || !e->scratch_mem || !e->dist_mem || !e->running || !e->bseqs || !e->btok || !e->bpos || !e->bseq || !e->brow || !e->ev ||
+    if (!e->logits || (dsp_fwd_has_argmax(e->fwd) && !e->argmax) || !e->scratch_mem || !e->dist_mem || !e->running || !e->bseqs || !e->btok || !e->bpos || !e->bseq || !e->brow || !e->ev ||
         !e->done) {
         dsp_engine_destroy(e);
         return dsp_error(DSP_ERR_NOMEM, "no memory for the engine (vocabulary %d, %d logits rows)", e->n_vocab, e->max_rows);
@@ -257,7 +274,7 @@ void dsp_engine_destroy(dsp_engine *e) {
     }
     dsp_fwd_destroy(e->fwd);
     dsp_backend_destroy(e->be);
-    free(e->logits), free(e->taps), free(e->scratch_mem), free(e->dist_mem);
+    free(e->logits), free(e->argmax), free(e->taps), free(e->scratch_mem), free(e->dist_mem);
     free(e->running), free(e->bseqs), free(e->btok), free(e->bpos), free(e->bseq), free(e->brow);
     free(e->ev), free(e->done);
     free(e);
@@ -597,11 +614,12 @@ static void observe(dsp_engine *e, dsp_req *r, uint32_t n_new, int32_t drafted, 
 /* After the forward: the decoding request r verifies its block and emits. */
 static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
     const int V = e->n_vocab;
-    const float *logits = e->logits + (size_t)r->logit0 * (size_t)V;
+    const float *logits = e->argmax_round ? NULL : e->logits + (size_t)r->logit0 * (size_t)V;
     const uint32_t len = r->n_tokens;
     int32_t k = first ? 0 : r->k, out[DSP_MAX_DRAFT + 1], n_out = 0;
-    dsp_status st = dsp_spec_verify(logits, V, k, r->draft, k > 0 && r->drafter && r->drafter->supplies_q ? r->q : NULL, &r->hist, &r->sp,
-                                    &r->rng, &e->scratch, &e->dist, out, &n_out);
+    dsp_status st = e->argmax_round ? dsp_spec_verify_argmax(e->argmax + r->logit0, V, k, r->draft, &r->hist, &r->sp, &r->rng, out, &n_out)
+                                    : dsp_spec_verify(logits, V, k, r->draft, k > 0 && r->drafter && r->drafter->supplies_q ? r->q : NULL,
+                                                      &r->hist, &r->sp, &r->rng, &e->scratch, &e->dist, out, &n_out);
     if (st) {
         fail(e, r, st);
         return;
@@ -630,7 +648,7 @@ static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
         r->tokens[len + (uint32_t)j] = out[j];
         r->n_tokens = len + (uint32_t)j + 1;
         r->res.n_generated++;
-        fin = emit_token(e, r, out[j], logits + (size_t)j * (size_t)V);
+        fin = emit_token(e, r, out[j], logits ? logits + (size_t)j * (size_t)V : NULL); /* logits: unless an argmax round */
     }
     if (fin != DSP_FINISH_NONE) {
         /* tokens decided after the cut were never emitted: drop them and their KV */
@@ -729,8 +747,18 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
     if ((uint32_t)n_seqs > e->st.peak_running) e->st.peak_running = (uint32_t)n_seqs;
     int n_taps = e->taps ? e->n_taps : 0;
     dsp_batch b = {n, e->btok, e->bseq, e->bpos, n_logits, e->brow, n_taps, n_taps ? e->tap_layers : NULL};
+    /* a round where every request with a logits row is plain greedy without logprobs needs only
+     * the rows' argmax (the verifier's dsp_spec_verify_argmax), computed by the backend where the
+     * logits are: no vocabulary row is read back */
+    e->argmax_round = e->argmax != NULL && n_logits > 0;
+    for (int i = 0; i < e->n_running && e->argmax_round; i++) {
+        const dsp_req *r = e->running[i];
+        if (r->n_rows > 0 && (r->state == DSP_REQ_DECODE || r->logit0 >= 0))
+            e->argmax_round = r->p.logprobs < 0 && dsp_sample_params_plain_greedy(&r->sp);
+    }
     const double t0 = now_ms();
-    dsp_status st = dsp_fwd_run(e->fwd, e->bseqs, n_seqs, &b, e->logits, n_taps ? e->taps : NULL);
+    dsp_status st = dsp_fwd_run(e->fwd, e->bseqs, n_seqs, &b, e->argmax_round ? NULL : e->logits, n_taps ? e->taps : NULL);
+    if (!st && e->argmax_round) st = dsp_fwd_argmax(e->fwd, n_logits, e->argmax);
     if (!st) fit_round(e, n, now_ms() - t0);
     e->st.rounds++;
     if (st) { /* the forward failed: every request in it ends with the error */

@@ -78,6 +78,9 @@ struct dsp_engine {
     uint32_t n_ctx;
     int max_batch, batch_tokens, max_rows;
     float *logits;               /* (max_rows, n_vocab) */
+    int32_t *argmax;             /* (max_rows): the rows' greedy tokens, in rounds where every request
+                                  * is plain greedy without logprobs (then no logits are read) */
+    bool argmax_round;           /* this round used argmax instead of logits */
     float *taps;                 /* (batch_tokens, DSP_SPEC_MAX_TAPS, n_embd) once a request wants host taps */
     void *scratch_mem, *dist_mem;
     dsp_sample_scratch scratch;

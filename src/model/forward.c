@@ -300,3 +300,11 @@ dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const ds
     }
     return DSP_OK;
 }
+
+bool dsp_fwd_has_argmax(const dsp_fwd *f) { return f->be->ops->argmax != NULL; }
+
+dsp_status dsp_fwd_argmax(dsp_fwd *f, int n_rows, int32_t *out) {
+    if (!f->be->ops->argmax) return dsp_error(DSP_ERR_UNSUPPORTED, "the %s backend has no argmax", f->be->ops->name);
+    if (n_rows < 1 || n_rows > f->max_logits) return dsp_error(DSP_ERR_INVALID_ARG, "argmax of %d logits rows (at most %d)", n_rows, f->max_logits);
+    return f->be->ops->argmax(f->be, f->logits, n_rows, f->hp->n_vocab, out);
+}

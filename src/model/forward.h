@@ -69,5 +69,11 @@ dsp_status dsp_fwd_seq_init(dsp_fwd *f, dsp_kv_seq *s); /* empty sequence with c
  * dsp_fwd_logits then). taps: (n_tokens, n_taps, n_embd) on the host, may be NULL (they stay in
  * dsp_fwd_taps then). */
 dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const dsp_batch *b, float *logits, float *taps);
+/* After a dsp_fwd_run (which may pass logits = NULL then): the sampler's greedy token of each of
+ * its first n_rows logits rows (backend.h argmax: -1 for a row with no finite logit), computed where
+ * the logits are, so that no vocabulary row crosses to the host. DSP_ERR_UNSUPPORTED if the
+ * backend cannot (dsp_fwd_has_argmax). */
+bool dsp_fwd_has_argmax(const dsp_fwd *f);
+dsp_status dsp_fwd_argmax(dsp_fwd *f, int n_rows, int32_t *out);
 
 #endif

@@ -36,6 +36,11 @@ dsp_sample_params dsp_sample_params_default(void) {
     return p;
 }
 
+bool dsp_sample_params_plain_greedy(const dsp_sample_params *p) {
+    return p->temperature == 0.0f && p->n_logit_bias == 0 && (p->repetition_penalty == 1.0f || p->repetition_last_n == 0) &&
+           p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f;
+}
+
 dsp_status dsp_sample_params_validate(const dsp_sample_params *p, int32_t n_vocab) {
     if (!p) return dsp_error(DSP_ERR_INVALID_ARG, "sample params: NULL");
     if (n_vocab < 1 || n_vocab > DSP_SAMPLE_MAX_VOCAB)
@@ -170,6 +175,16 @@ static float read_logit(float x) {
     if (x != x) return -INFINITY;
     if (x > FLT_MAX) return FLT_MAX;
     return x;
+}
+
+int32_t dsp_sample_argmax(const float *logits, int32_t n_vocab) {
+    int32_t best = 0;
+    float bv = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        const float z = read_logit(logits[i]);
+        if (z > bv) bv = z, best = i;
+    }
+    return bv == -INFINITY ? -1 : best;
 }
 
 /* Order-preserving map float -> uint32 (larger float, larger key); -0 maps like +0. */

@@ -84,6 +84,13 @@ typedef struct dsp_sample_params {
 dsp_sample_params dsp_sample_params_default(void);
 /* Range checks of every field against a vocabulary of n_vocab tokens; the message names the field. */
 dsp_status dsp_sample_params_validate(const dsp_sample_params *p, int32_t n_vocab);
+/* Greedy with no processor that can move the argmax (no bias, no penalty): the token is then the
+ * raw logits' argmax as step 0 reads them (NaN as -inf, +inf as FLT_MAX, lowest id on ties), which
+ * a backend can compute where the logits are (dsp_spec_verify_argmax). */
+bool dsp_sample_params_plain_greedy(const dsp_sample_params *p);
+/* That token for one row of raw logits: the first index of the largest value read as step 0 reads
+ * it; -1 if no value is finite then. */
+int32_t dsp_sample_argmax(const float *logits, int32_t n_vocab);
 
 /* The token history seen by the penalties: prompt tokens, then generated ones. A view over
  * caller-owned storage; push/pop are O(1) (the verifier pushes hypothetical draft tokens and pops

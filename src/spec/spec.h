@@ -119,5 +119,11 @@ int32_t dsp_lookup_last_match(const dsp_drafter *d);
 dsp_status dsp_spec_verify(const float *logits, int32_t n_vocab, int32_t k, const int32_t *draft, const float *q, dsp_sample_history *h,
                            const dsp_sample_params *sp, dsp_rng *rng, dsp_sample_scratch *s, dsp_sample_dist *d, int32_t *out,
                            int32_t *n_out);
+/* The same verifier for plain greedy parameters (dsp_sample_params_plain_greedy) from the rows'
+ * argmax ids alone (k+1; -1 for a row with no finite logit), e.g. computed on the GPU so that no
+ * vocabulary row crosses PCIe: the same out, history and RNG draws as dsp_spec_verify on the rows
+ * those ids came from. Other parameters are refused (DSP_ERR_INVALID_ARG). */
+dsp_status dsp_spec_verify_argmax(const int32_t *argmax, int32_t n_vocab, int32_t k, const int32_t *draft, dsp_sample_history *h,
+                                  const dsp_sample_params *sp, dsp_rng *rng, int32_t *out, int32_t *n_out);
 
 #endif

@@ -20,19 +20,34 @@ typedef enum dsp_spec_fault {
     DSP_SPEC_FAULT_STALE_HISTORY,  /* process every position on the committed history only */
 } dsp_spec_fault;
 
-static inline dsp_status dsp_spec_verify_impl(const float *logits, int32_t n_vocab, int32_t k, const int32_t *draft, const float *q,
-                                              dsp_sample_history *h, const dsp_sample_params *sp, dsp_rng *rng, dsp_sample_scratch *s,
-                                              dsp_sample_dist *d, const dsp_spec_fault fault, int32_t *out, int32_t *n_out) {
+/* The rows are either logits (k+1, n_vocab) or, for plain greedy parameters only
+ * (dsp_sample_params_plain_greedy), their argmax ids (k+1; -1 where no logit is finite) as the
+ * sampler's step 0 and 5 define it: then the one-hot rule needs nothing else of the row, and the
+ * decisions, the history and the RNG draws are the same as from the logits. */
+static inline dsp_status dsp_spec_verify_impl(const float *logits, const int32_t *argmax, int32_t n_vocab, int32_t k, const int32_t *draft,
+                                              const float *q, dsp_sample_history *h, const dsp_sample_params *sp, dsp_rng *rng,
+                                              dsp_sample_scratch *s, dsp_sample_dist *d, const dsp_spec_fault fault, int32_t *out,
+                                              int32_t *n_out) {
     *n_out = 0;
     if (k < 0 || (k > 0 && !draft)) return dsp_error(DSP_ERR_INVALID_ARG, "verify: %d drafts", k);
+    if (argmax && (fault != DSP_SPEC_FAULT_NONE || !dsp_sample_params_plain_greedy(sp)))
+        return dsp_error(DSP_ERR_INVALID_ARG, "verify: argmax rows need plain greedy parameters (no penalties, no bias)");
     const uint32_t base = h->len;
     /* greedy is exact with the one-hot rule whatever q is (p is one-hot on the argmax) */
     const bool onehot = !q || sp->temperature == 0.0f;
     for (int32_t i = 0; i <= k; i++) {
-        const float *row = logits + (size_t)i * (size_t)n_vocab;
-        dsp_sample_history stale = *h;
-        stale.len = base;
-        dsp_status st = dsp_sample_process(row, fault == DSP_SPEC_FAULT_STALE_HISTORY ? &stale : h, sp, s, d);
+        int32_t best = -1; /* argmax rows: the token p is one-hot on */
+        dsp_status st = DSP_OK;
+        if (argmax) {
+            best = argmax[i];
+            if (best < 0 || best >= n_vocab)
+                st = dsp_error(DSP_ERR_INVALID_ARG, "logits: none of the %d values is finite (NaN counts as -inf)", n_vocab);
+        } else {
+            const float *row = logits + (size_t)i * (size_t)n_vocab;
+            dsp_sample_history stale = *h;
+            stale.len = base;
+            st = dsp_sample_process(row, fault == DSP_SPEC_FAULT_STALE_HISTORY ? &stale : h, sp, s, d);
+        }
         if (st) {
             dsp_sample_history_pop(h, h->len - base);
             *n_out = 0;
@@ -41,7 +56,12 @@ static inline dsp_status dsp_spec_verify_impl(const float *logits, int32_t n_voc
         int32_t tok;
         bool accepted = false;
         if (i == k) {
-            tok = dsp_sample_from_dist(d, dsp_rng_uniform(rng)); /* bonus: all drafts accepted */
+            const double u = dsp_rng_uniform(rng);
+            tok = argmax ? best : dsp_sample_from_dist(d, u); /* bonus: all drafts accepted */
+        } else if (argmax) {
+            (void)dsp_rng_uniform(rng); /* the draw greedy sampling from the logits makes too */
+            tok = best;
+            accepted = tok == draft[i];
         } else if (onehot) {
             if (fault == DSP_SPEC_FAULT_RESAMPLE_P || fault == DSP_SPEC_FAULT_IGNORE_Q) {
                 /* wrong: accept with probability p(d), then correct from p (d not excluded) */

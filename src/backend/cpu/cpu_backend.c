@@ -20,6 +20,7 @@
 #include "backend/cpu/ops.h"
 #include "core/quant.h"
 #include "core/threads.h"
+#include "sample/sample.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -230,6 +231,14 @@ static dsp_status cpu_buf_read(dsp_backend *be, const dsp_buf *b, size_t off, fl
     (void)be;
     DSP_ASSERT(off <= b->n && n <= b->n - off);
     memcpy(dst, b->data + off, n * sizeof(float));
+    return DSP_OK;
+}
+
+/* the logits are host memory already: no copy, the sampler's own rule */
+static dsp_status cpu_argmax(dsp_backend *be, const dsp_buf *logits, int n_rows, int n_vocab, int32_t *out) {
+    (void)be;
+    DSP_ASSERT(n_rows >= 1 && (size_t)n_rows * (size_t)n_vocab <= logits->n);
+    for (int r = 0; r < n_rows; r++) out[r] = dsp_sample_argmax(logits->data + (size_t)r * (size_t)n_vocab, n_vocab);
     return DSP_OK;
 }
 
@@ -489,6 +498,7 @@ static const dsp_backend_ops g_cpu_ops = {
     .add = cpu_add,
     .swiglu = cpu_swiglu,
     .copy_rows = cpu_copy_rows,
+    .argmax = cpu_argmax,
 };
 
 dsp_status dsp_backend_cpu_create(const dsp_backend_params *p, dsp_backend **out) {

@@ -642,7 +642,8 @@ dsp_status cu_weight_create(dsp_backend *be, const dsp_tensor *t, dsp_bweight **
         st = h ? dsp_dequantize_row(t->type, t->data, h, t->n_elems) : dsp_error(DSP_ERR_NOMEM, "no memory");
         if (!st) st = dev_alloc(b, (void **)&w->vec, bytes, what);
         if (!st) {
-            cudaError_t e = cudaMemcpy(w->vec, h, bytes, cudaMemcpyHostToDevice);
+            cudaError_t e = cudaMemcpyAsync(w->vec, h, bytes, cudaMemcpyHostToDevice, b->st);
+            if (e == cudaSuccess) e = cudaStreamSynchronize(b->st);
             if (e != cudaSuccess) st = cu_fail(e, what);
         }
         free(h);
@@ -664,8 +665,10 @@ dsp_status cu_weight_create(dsp_backend *be, const dsp_tensor *t, dsp_bweight **
         for (int64_t t0 = 0; !st && t0 < m->n_tiles; t0 += tiles_per) {
             const int64_t nt = m->n_tiles - t0 < tiles_per ? m->n_tiles - t0 : tiles_per;
             const int64_t r0 = t0 * DSP_CU_TILE, rows = m->M - r0 < nt * DSP_CU_TILE ? m->M - r0 : nt * DSP_CU_TILE;
-            cudaError_t e = cudaMemcpy(b->raw, (const uint8_t *)t->data + (size_t)r0 * row_bytes, (size_t)rows * row_bytes,
-                                       cudaMemcpyHostToDevice);
+            /* on b->st, like the repack that reads it: a plain cudaMemcpy from pageable memory may
+             * return before its DMA lands, and b->st does not wait for the legacy stream */
+            cudaError_t e = cudaMemcpyAsync(b->raw, (const uint8_t *)t->data + (size_t)r0 * row_bytes, (size_t)rows * row_bytes,
+                                            cudaMemcpyHostToDevice, b->st);
             dsp_cu_mat part = *m;
             part.M = rows, part.n_tiles = nt, part.d = m->d + t0 * m->n_groups * gb;
             if (e == cudaSuccess) e = dsp_cu_repack(&part, b->raw, row_bytes, b->st);

@@ -10,6 +10,7 @@
  * for the query heads sharing that KV head (GQA), and a second kernel merges the chunks in order. */
 #include "backend/cuda/cuda_internal.h"
 
+#include <float.h>
 #include <math.h>
 
 namespace {
@@ -325,9 +326,12 @@ __global__ void copy_rows_kernel(float *dst, size_t dst_ld, size_t dst_col, cons
 
 /* ---- logits ---------------------------------------------------------------------------------- */
 
-/* (value, index) max with ties to the lower index; NaN never wins */
+/* a logit as the sampler reads it (sample.h step 0): NaN is -inf, +inf is FLT_MAX */
+__device__ __forceinline__ float read_logit(float x) { return x != x ? -INFINITY : x > FLT_MAX ? FLT_MAX : x; }
+
+/* (value, index) max of read_logit values with ties to the lower index */
 __device__ __forceinline__ void arg_better(float &v, int &i, float v2, int i2) {
-    if (v2 > v || (v2 == v && i2 < i) || (v != v && v2 == v2)) v = v2, i = i2;
+    if (v2 > v || (v2 == v && i2 < i)) v = v2, i = i2;
 }
 
 /* block-wide argmax over x[0, n) skipping `skip` (k excluded ids); fixed reduction shape */
@@ -337,7 +341,7 @@ __device__ void block_argmax(const float *x, int n, const int32_t *skip, int n_s
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         bool skipped = false;
         for (int s = 0; s < n_skip; s++) skipped |= skip[s] == i;
-        if (!skipped) arg_better(v, idx, x[i], i);
+        if (!skipped) arg_better(v, idx, read_logit(x[i]), i);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -359,7 +363,7 @@ __global__ void argmax_kernel(const float *logits, int n_vocab, int32_t *out) {
     float v;
     int i;
     block_argmax(logits + (int64_t)blockIdx.x * n_vocab, n_vocab, nullptr, 0, shv, shi, v, i);
-    if (threadIdx.x == 0) out[blockIdx.x] = i;
+    if (threadIdx.x == 0) out[blockIdx.x] = v == -INFINITY ? -1 : i; /* no finite logit */
 }
 
 __global__ void top_logprobs_kernel(const float *logits, int n_vocab, int k, int32_t *ids, float *lp, float *lse) {
