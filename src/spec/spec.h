@@ -48,7 +48,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DSP_SPEC_MAX_TAPS 8
+#define DSP_SPEC_MAX_TAPS 16
 
 typedef struct dsp_drafter dsp_drafter;
 
@@ -108,6 +108,9 @@ dsp_status dsp_lookup_create(const dsp_lookup_params *p, dsp_drafter **out);
 
 /* Introspection for tests and statistics: the match length (n) of the last non-empty proposal. */
 int32_t dsp_lookup_last_match(const dsp_drafter *d);
+/* How many tokens before the cursor that match agrees with (n or more, up to 32): hybrid mode
+ * uses the lookup proposal instead of the block drafter when it is long enough. */
+int32_t dsp_lookup_last_len(const dsp_drafter *d);
 
 /* ---- verifier --------------------------------------------------------------------------------- */
 
