@@ -33,6 +33,9 @@ struct dsp_engine_params;
  * sets *handled when argv[*i] was one of them; returns 2 on a malformed value (message printed). */
 int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, struct dsp_gen_params *gp, int *n_stop, struct dsp_engine_params *cp,
                           bool *handled);
+/* Speculation options alone (serve too): --mode, --max-draft, --dspark-threshold, --dspark-cumulative,
+ * --hybrid-min, --draft-argmax, --lookup-min, --lookup-max. */
+int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, struct dsp_gen_params *gp, bool *handled);
 /* Engine options alone (serve, benchmark too): -c/--ctx, -t/--threads, --batch-tokens (--batch),
  * --max-batch, --kv-memory, --no-prefix-cache, --device/--backend auto|cpu|cuda, --gpu N. */
 int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_params *cp, bool *handled);
@@ -56,7 +59,8 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_pa
     "      --dspark-threshold T  DSpark: keep drafts before the first slot with confidence < T (0 = off)\n"   \
     "      --dspark-cumulative T DSpark: also cut where the product of confidences falls below T (0 = off)\n" \
     "      --hybrid-min N      hybrid: lookup matches of at least N tokens replace the drafter (default 4)\n"  \
-    "      --draft-sample      T > 0: sample the drafter's drafts and verify with their q (default: argmax)\n" \
+    "      --draft-argmax      T > 0: argmax drafts + sample-and-match (default: drafts sampled from the\n"   \
+    "                          drafter's distribution, verified by rejection sampling; README says why)\n"   \
     "      --lookup-min N, --lookup-max N   n-gram sizes for lookup (default 2, 4)\n"
 struct dsp_engine;
 /* The startup line on stderr: the mode a request gets and the drafter, if any. */

@@ -42,8 +42,14 @@ static void usage(FILE *f) {
             "  -m, --model PATH     GGUF model file\n"
             "  -t, --threads N      threads (default: physical cores)\n"
             "  -r, --repeat R       measured runs per figure (default 5)\n"
-            "      --mode M         speculation for the decode figure: baseline|lookup|auto (default baseline)\n"
-            "      --max-draft N    drafted tokens per round at most (default: the library's)\n"
+            "      --mode M         speculation for the decode figure: baseline (default), auto, dspark, dflash,\n"
+            "                       hybrid, lookup. Any mode but baseline is measured against baseline in the\n"
+            "                       same run (interleaved repeats): speedup, accepted-length histogram, drafts\n"
+            "                       verified per round, drafter and verify time per round\n"
+            "      --draft-model D  a DFlash/DSpark drafter for the model (directory or repo id)\n"
+            "      --max-draft N|auto, --dspark-threshold T, --dspark-cumulative T, --hybrid-min N,\n"
+            "      --draft-argmax, --lookup-min N, --lookup-max N   as for dspark generate (see its -h)\n"
+            "      --trace-rounds F one JSON line per speculation round of the measured decode runs\n"
             "      --bw-mb N        buffer of the bandwidth test in MiB (default 1024; 0 = skip)\n"
             "      --json           print one JSON object\n"
             "  -h, --help           this help\n");
@@ -201,33 +207,29 @@ static const char g_decode_prompt[] =
     "The history of the city of Rome begins with small settlements on the hills near the river Tiber. Over the centuries";
 
 int dsp_cmd_benchmark(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *draft = NULL, *trace_path = NULL;
     bool json = false;
-    int threads = 0, repeat = 5, max_draft = 0, bw_mb = 1024;
-    dsp_spec_mode mode = DSP_SPEC_BASELINE;
+    int threads = 0, repeat = 5, bw_mb = 1024;
+    dsp_gen_params gp = dsp_gen_default_params();
+    gp.mode = DSP_SPEC_BASELINE;
     if (dsp_cli_wants_help(argc, argv)) {
         usage(stdout);
         return 0;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        bool has_val = i + 1 < argc;
+        bool has_val = i + 1 < argc, handled;
+        int prc = dsp_cli_parse_spec_opt(argc, argv, &i, &gp, &handled);
+        if (prc) return prc;
+        if (handled) continue;
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) model = argv[++i];
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has_val) threads = atoi(argv[++i]);
         else if ((!strcmp(a, "-r") || !strcmp(a, "--repeat")) && has_val) repeat = atoi(argv[++i]);
-        else if (!strcmp(a, "--max-draft") && has_val) max_draft = atoi(argv[++i]);
+        else if (!strcmp(a, "--draft-model") && has_val) draft = argv[++i];
+        else if (!strcmp(a, "--trace-rounds") && has_val) trace_path = argv[++i];
         else if (!strcmp(a, "--bw-mb") && has_val) bw_mb = atoi(argv[++i]);
         else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--mode") && has_val) {
-            const char *v = argv[++i];
-            if (!strcmp(v, "baseline")) mode = DSP_SPEC_BASELINE;
-            else if (!strcmp(v, "lookup")) mode = DSP_SPEC_LOOKUP;
-            else if (!strcmp(v, "auto")) mode = DSP_SPEC_AUTO;
-            else {
-                fprintf(stderr, "dspark benchmark: --mode: '%s' is not baseline, lookup or auto\n", v);
-                return 2;
-            }
-        } else {
+        else {
             fprintf(stderr, "dspark benchmark: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
             return 2;
@@ -237,15 +239,17 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (threads < 0 || threads > 1024 || repeat < 1 || repeat > 64 || max_draft < 0 || max_draft > DSP_MAX_DRAFT || bw_mb < 0 || bw_mb > 65536) {
-        fprintf(stderr, "dspark benchmark: --threads 0..1024, --repeat 1..64, --max-draft 1..%d, --bw-mb 0..65536\n", DSP_MAX_DRAFT);
+    if (threads < 0 || threads > 1024 || repeat < 1 || repeat > 64 || bw_mb < 0 || bw_mb > 65536) {
+        fprintf(stderr, "dspark benchmark: --threads 0..1024, --repeat 1..64, --bw-mb 0..65536\n");
         return 2;
     }
+    const dsp_spec_mode mode = gp.mode;
     if (threads == 0) threads = dsp_physical_cores();
 
     dsp_model_params mp = dsp_model_default_params();
     dsp_model *m = NULL;
     dsp_engine *c = NULL;
+    FILE *trace = NULL;
     bench *b = NULL;
     int32_t *ids = NULL;
     int rc = 1;
@@ -266,6 +270,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     dsp_engine_params cp = dsp_engine_default_params();
     cp.n_threads = threads;
     cp.max_batch = 1;
+    cp.draft_model = draft;
     if (dsp_engine_create(m, &cp, &c)) {
         dsp_cli_fail("benchmark", "%s", dsp_last_error());
         goto out;
@@ -278,24 +283,48 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         dsp_cli_fail("benchmark", "tokenizing the decode prompt: %s", dsp_last_error());
         goto out;
     }
-    dsp_gen_params gp = dsp_gen_default_params();
     gp.max_tokens = DECODE_TOKENS;
     gp.ignore_eos = true;
-    gp.mode = mode;
-    if (max_draft > 0) gp.max_draft = max_draft;
-    double dec[64], dec_cpu[64];
-    dec_result dr;
-    if (decode_once(c, ids, n_ids, &gp, &dr)) { /* warm-up */
+    const bool spec = mode != DSP_SPEC_BASELINE;
+    dsp_gen_params gb = gp; /* the baseline of the same run */
+    gb.mode = DSP_SPEC_BASELINE;
+    dsp_spec_profile prof;
+    bool have_prof = gp.max_draft == DSP_DRAFT_AUTO && !dsp_engine_profile(c, &prof); /* measured before the timed runs */
+    if (trace_path && !(trace = fopen(trace_path, "w"))) {
+        dsp_cli_fail("benchmark", "--trace-rounds %s: cannot open", trace_path);
+        goto out;
+    }
+    double dec[64], dec_cpu[64], base[64], ratio[64];
+    dec_result dr, br;
+    dsp_gen_result sum; /* the speculation statistics summed over the measured runs */
+    memset(&sum, 0, sizeof sum);
+    if (decode_once(c, ids, n_ids, &gp, &dr) || (spec && decode_once(c, ids, n_ids, &gb, &br))) { /* warm-up */
         dsp_cli_fail("benchmark", "decode: %s", dsp_last_error());
         goto out;
     }
-    for (int r = 0; r < repeat; r++) {
-        if (decode_once(c, ids, n_ids, &gp, &dr)) {
+    if (trace) gp.trace = dsp_cli_trace_round, gp.trace_user = trace;
+    for (int r = 0; r < repeat; r++) { /* interleaved: drifts in machine load hit both alike */
+        if ((spec && decode_once(c, ids, n_ids, &gb, &br)) || decode_once(c, ids, n_ids, &gp, &dr)) {
             dsp_cli_fail("benchmark", "decode: %s", dsp_last_error());
             goto out;
         }
         dec[r] = dr.tok_s;
         dec_cpu[r] = dr.tok_cpu_s;
+        base[r] = spec ? br.tok_s : dr.tok_s;
+        ratio[r] = base[r] > 0 ? dec[r] / base[r] : 0;
+        sum.n_rounds += dr.res.n_rounds, sum.n_drafted += dr.res.n_drafted, sum.n_accepted += dr.res.n_accepted;
+        sum.n_block_rounds += dr.res.n_block_rounds, sum.draft_ms += dr.res.draft_ms, sum.verify_ms += dr.res.verify_ms;
+        sum.n_generated += dr.res.n_generated;
+        for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) sum.accept_hist[k] += dr.res.accept_hist[k];
+        for (int k = 0; k <= DSP_MAX_DRAFT; k++) sum.kept_hist[k] += dr.res.kept_hist[k];
+    }
+    const dsp_spec_mode resolved = dsp_engine_resolve_mode(c, mode);
+    dsp_drafter_info di;
+    const bool have_drafter = dsp_engine_drafter_info(c, &di);
+    char dpath[512] = "", dlayout[32] = "", dkind[16] = ""; /* di's strings live in the engine */
+    if (have_drafter) {
+        snprintf(dpath, sizeof dpath, "%s", di.path), snprintf(dlayout, sizeof dlayout, "%s", di.layout), snprintf(dkind, sizeof dkind, "%s", di.kind);
+        di.path = dpath, di.layout = dlayout, di.kind = dkind;
     }
     dsp_engine_destroy(c);
     c = NULL;
@@ -359,10 +388,30 @@ int dsp_cmd_benchmark(int argc, char **argv) {
                cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT, bw, load0, cpu_share, repeat);
         printf(", \"prefill\": {\"n_tokens\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [", PREFILL_TOKENS, pre_med, pre_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", pre[r]);
-        printf("]}, \"decode\": {\"n_tokens\": %d, \"mode\": \"%s\", \"max_draft\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [",
-               DECODE_TOKENS, dsp_spec_mode_to_string(mode), gp.max_draft, dec_med, dec_cpu_med);
+        printf("]}, \"decode\": {\"n_tokens\": %d, \"mode\": \"%s\", \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [", DECODE_TOKENS,
+               dsp_spec_mode_to_string(resolved), dec_med, dec_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", dec[r]);
-        printf("], \"rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu}", dr.res.n_rounds, dr.res.n_drafted, dr.res.n_accepted);
+        printf("], \"rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu", dr.res.n_rounds, dr.res.n_drafted, dr.res.n_accepted);
+        if (spec) {
+            printf(", \"baseline_tok_s\": %.2f, \"speedup\": %.3f, ", median(base, repeat), median(ratio, repeat));
+            dsp_cli_print_spec_json(stdout, &gp, &sum);
+            if (have_drafter) {
+                printf(", \"drafter\": {\"path\": \"");
+                for (const char *p = di.path; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+                printf("\", \"kind\": \"%s\", \"layout\": \"%s\", \"block\": %d}", di.kind, di.layout, di.block);
+            }
+        }
+        if (have_prof) {
+            printf(", \"profile\": {\"rows\": [");
+            for (int i = 0; i < prof.n; i++) printf("%s%d", i ? ", " : "", prof.rows[i]);
+            printf("], \"rel\": [");
+            for (int i = 0; i < prof.n; i++) printf("%s%.3f", i ? ", " : "", (double)prof.rel[i]);
+            printf("], \"one_row_ms\": %.3f, \"ctx_tokens\": %u, \"ctx_rel_per_key\": %.3g, \"draft_rel\": %.3f, \"draft_rel_per_req\": %.3f, "
+                   "\"cached\": %s}",
+                   prof.one_row_ms, prof.ctx_tokens, (double)prof.ctx_rel_per_key, (double)prof.draft_rel, (double)prof.draft_rel_per_req,
+                   prof.cached ? "true" : "false");
+        }
+        printf("}");
         printf(", \"verify\": {\"prefix\": %d, \"ms\": [", VERIFY_PREFIX);
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_med[k]);
         printf("], \"rel\": [");
@@ -379,7 +428,30 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         printf("memory    %.2f GB/s streaming read; weights %.1f MB per token -> roofline %.1f tok/s\n", bw, (double)wbytes / 1e6, roof);
         printf("prefill   %.1f tok/s (%d tokens, median of %d); %.1f tok per CPU second\n", pre_med, PREFILL_TOKENS, repeat, pre_cpu_med);
         printf("decode    %.1f tok/s (%d tokens, mode %s, median of %d) = %.0f%% of the roofline; %.1f tok per CPU second\n", dec_med,
-               DECODE_TOKENS, dsp_spec_mode_to_string(mode), repeat, roof > 0 ? 100 * dec_med / roof : 0, dec_cpu_med);
+               DECODE_TOKENS, dsp_spec_mode_to_string(resolved), repeat, roof > 0 ? 100 * dec_med / roof : 0, dec_cpu_med);
+        if (spec) {
+            size_t emitted = 0;
+            for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) emitted += (size_t)k * sum.accept_hist[k];
+            printf("spec      baseline %.1f tok/s in the same run: speedup %.2fx (median of per-repeat ratios)\n", median(base, repeat),
+                   median(ratio, repeat));
+            if (have_drafter) printf("          drafter %s (%s %s, block %d)\n", di.path, di.layout, di.kind, di.block);
+            printf("          %.2f tokens per round, %zu/%zu drafts accepted; drafter %.2f ms per drafted round, verify %.2f ms per round\n",
+                   sum.n_rounds ? (double)emitted / (double)sum.n_rounds : 0, sum.n_accepted, sum.n_drafted,
+                   sum.n_block_rounds ? sum.draft_ms / (double)sum.n_block_rounds : 0, sum.n_rounds ? sum.verify_ms / (double)sum.n_rounds : 0);
+            printf("          rounds by tokens committed:");
+            for (int k = 1; k < DSP_MAX_DRAFT + 2; k++)
+                if (sum.accept_hist[k]) printf(" %d:%zu", k, sum.accept_hist[k]);
+            printf("\n          rounds by drafts verified:");
+            for (int k = 0; k <= DSP_MAX_DRAFT; k++)
+                if (sum.kept_hist[k]) printf(" %d:%zu", k, sum.kept_hist[k]);
+            printf("\n");
+        }
+        if (have_prof) {
+            printf("profile   c(k) (1+k-row forward / 1-row, %.2f ms at %u tokens of context):", prof.one_row_ms, prof.ctx_tokens);
+            for (int i = 0; i < prof.n; i++) printf(" %d:%.2f", prof.rows[i] - 1, (double)prof.rel[i]);
+            printf("\n          drafter %.2f per block (+%.2f per further request)%s\n", (double)prof.draft_rel, (double)prof.draft_rel_per_req,
+                   prof.cached ? ", from the cache" : "");
+        }
         printf("verify    1+k tokens after %d, time relative to k = 0 (%.2f ms):\n         ", VERIFY_PREFIX, ver_med[0]);
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_med[k] / ver_med[0]);
         printf("\n          in CPU time (%.2f ms):\n         ", ver_cpu_med[0]);
@@ -394,6 +466,7 @@ out:
         free(b);
     }
     free(ids);
+    if (trace) fclose(trace);
     dsp_engine_destroy(c);
     dsp_model_destroy(m);
     return rc;

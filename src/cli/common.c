@@ -169,6 +169,47 @@ void dsp_cli_print_spec_json(FILE *f, const dsp_gen_params *gp, const dsp_gen_re
             r->draft_ms, r->verify_ms, tps);
 }
 
+int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, dsp_gen_params *gp, bool *handled) {
+    const char *a = argv[*i];
+    double v;
+    *handled = true;
+#define NEXT()                                                                 \
+    do {                                                                       \
+        if (*i + 1 >= argc) {                                                  \
+            fprintf(stderr, "dspark: option %s needs a value\n", a);           \
+            return 2;                                                          \
+        }                                                                      \
+        (*i)++;                                                                \
+    } while (0)
+#define NUM(lo, hi) \
+    NEXT();         \
+    if (!num(a, argv[*i], lo, hi, &v)) return 2;
+    if (!strcmp(a, "--mode")) {
+        NEXT();
+        if (!dsp_spec_mode_from_string(argv[*i], &gp->mode)) {
+            fprintf(stderr, "dspark: --mode: '%s' is not one of auto, dspark, dflash, hybrid, lookup, baseline\n", argv[*i]);
+            return 2;
+        }
+    } else if (!strcmp(a, "--max-draft")) {
+        NEXT();
+        if (!strcmp(argv[*i], "auto")) gp->max_draft = DSP_DRAFT_AUTO;
+        else if (!num(a, argv[*i], 1, DSP_MAX_DRAFT, &v)) return 2;
+        else gp->max_draft = (int32_t)v;
+    }
+    else if (!strcmp(a, "--dspark-threshold")) { NUM(0, 1) gp->dspark_threshold = (float)v; }
+    else if (!strcmp(a, "--dspark-cumulative")) { NUM(0, 1) gp->dspark_cumulative = (float)v; }
+    else if (!strcmp(a, "--hybrid-min")) { NUM(1, 32) gp->hybrid_min = (int32_t)v; }
+    else if (!strcmp(a, "--draft-argmax")) gp->draft_sample = false;
+    else if (!strcmp(a, "--lookup-min")) { NUM(1, 16) gp->lookup_min_n = (int32_t)v; }
+    else if (!strcmp(a, "--lookup-max")) { NUM(1, 16) gp->lookup_max_n = (int32_t)v; }
+    else if (!strcmp(a, "--lookup-min")) { NUM(1, 16) gp->lookup_min_n = (int32_t)v; }
+    else if (!strcmp(a, "--lookup-max")) { NUM(1, 16) gp->lookup_max_n = (int32_t)v; }
+    else *handled = false;
+#undef NUM
+#undef NEXT
+    return 0;
+}
+
 int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int *n_stop, dsp_engine_params *cp, bool *handled) {
     const char *a = argv[*i];
     double v;
@@ -200,24 +241,6 @@ int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int
         NEXT();
         dsp_cli_quantize = argv[*i];
     }
-    else if (!strcmp(a, "--mode")) {
-        NEXT();
-        if (!dsp_spec_mode_from_string(argv[*i], &gp->mode)) {
-            fprintf(stderr, "dspark: --mode: '%s' is not one of auto, dspark, dflash, hybrid, lookup, baseline\n", argv[*i]);
-            return 2;
-        }
-    } else if (!strcmp(a, "--max-draft")) {
-        NEXT();
-        if (!strcmp(argv[*i], "auto")) gp->max_draft = DSP_DRAFT_AUTO;
-        else if (!num(a, argv[*i], 1, DSP_MAX_DRAFT, &v)) return 2;
-        else gp->max_draft = (int32_t)v;
-    }
-    else if (!strcmp(a, "--dspark-threshold")) { NUM(0, 1) gp->dspark_threshold = (float)v; }
-    else if (!strcmp(a, "--dspark-cumulative")) { NUM(0, 1) gp->dspark_cumulative = (float)v; }
-    else if (!strcmp(a, "--hybrid-min")) { NUM(1, 32) gp->hybrid_min = (int32_t)v; }
-    else if (!strcmp(a, "--draft-sample")) gp->draft_sample = true;
-    else if (!strcmp(a, "--lookup-min")) { NUM(1, 16) gp->lookup_min_n = (int32_t)v; }
-    else if (!strcmp(a, "--lookup-max")) { NUM(1, 16) gp->lookup_max_n = (int32_t)v; }
     else if (!strcmp(a, "--stop")) {
         NEXT();
         if (*n_stop >= DSP_MAX_STOP) {
@@ -227,7 +250,11 @@ int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int
         gp->stop[(*n_stop)++] = argv[*i];
     }
     else *handled = false;
-    if (!*handled) return dsp_cli_parse_engine_opt(argc, argv, i, cp, handled);
+    if (!*handled) {
+        int rc = dsp_cli_parse_spec_opt(argc, argv, i, gp, handled);
+        if (rc || *handled) return rc;
+        return dsp_cli_parse_engine_opt(argc, argv, i, cp, handled);
+    }
 #undef NUM
 #undef NEXT
     return 0;

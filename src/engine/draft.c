@@ -110,7 +110,8 @@ dsp_status dsp_engine_draft_setup(dsp_engine *e, dsp_req *r, dsp_drafter *drafte
     r->block = block && !drafter;
     if (!st && r->drafter) dsp_drafter_reset(r->drafter);
     bool want_q = (r->drafter && r->drafter->supplies_q) || (r->block && p->draft_sample && p->temperature > 0);
-    if (!st && want_q && !(r->q = malloc(sizeof(float) * (size_t)e->n_vocab * DSP_MAX_DRAFT))) st = dsp_error(DSP_ERR_NOMEM, "no memory");
+    size_t q_rows = r->drafter && r->drafter->supplies_q ? DSP_MAX_DRAFT : (size_t)(e->bd ? e->bdi->n_draft : 0);
+    if (!st && want_q && !(r->q = malloc(sizeof(float) * (size_t)e->n_vocab * q_rows))) st = dsp_error(DSP_ERR_NOMEM, "no memory");
     if (!st && r->drafter && r->drafter->n_taps > 0) { /* host taps: one tap-layer set per engine */
         const int32_t *want = e->bd ? e->bdi->tap_layers : e->tap_layers;
         int n_want = e->bd ? e->bdi->n_taps : e->n_taps;

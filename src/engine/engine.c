@@ -48,6 +48,7 @@ dsp_gen_params dsp_gen_default_params(void) {
     p.lookup_min_n = 2;
     p.lookup_max_n = 4;
     p.hybrid_min = 4;
+    p.draft_sample = true;
     return p;
 }
 
@@ -154,6 +155,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     dsp_engine *e = calloc(1, sizeof *e);
     if (!e) return dsp_error(DSP_ERR_NOMEM, "no memory");
     e->m = m;
+    e->verify = dsp_spec_verify;
     e->max_batch = p.max_batch;
     e->next_id = 1;
     _Static_assert((int)DSP_DEVICE_CPU == (int)DSP_BACKEND_CPU && (int)DSP_DEVICE_CUDA == (int)DSP_BACKEND_CUDA, "device = backend kind");
@@ -562,7 +564,7 @@ static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
     const float *logits = e->logits + (size_t)r->logit0 * (size_t)V;
     const uint32_t len = r->n_tokens;
     int32_t k = first ? 0 : r->k, out[DSP_MAX_DRAFT + 1], n_out = 0;
-    dsp_status st = dsp_spec_verify(logits, V, k, r->draft, k > 0 && r->sampled ? r->q : NULL, &r->hist, &r->sp, &r->rng, &e->scratch, &e->dist,
+    dsp_status st = e->verify(logits, V, k, r->draft, k > 0 && r->sampled ? r->q : NULL, &r->hist, &r->sp, &r->rng, &e->scratch, &e->dist,
                                     out, &n_out);
     if (st) {
         fail(e, r, st);

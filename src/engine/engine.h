@@ -75,8 +75,14 @@ typedef struct dsp_req {
     struct dsp_req *next;        /* waiting queue link */
 } dsp_req;
 
+/* the verifier's signature (dsp_spec_verify) */
+typedef dsp_status (*dsp_engine_verify_fn)(const float *logits, int32_t n_vocab, int32_t k, const int32_t *draft, const float *q,
+                                           dsp_sample_history *h, const dsp_sample_params *sp, dsp_rng *rng, dsp_sample_scratch *s,
+                                           dsp_sample_dist *d, int32_t *out, int32_t *n_out);
+
 struct dsp_engine {
     dsp_model *m;
+    dsp_engine_verify_fn verify; /* dsp_spec_verify; tests/test_drafter.c swaps in a wrong rule to show its test can fail */
     dsp_backend *be;
     dsp_fwd *fwd;
     dsp_kv_pool *kv;

@@ -247,7 +247,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         if (!strcmp(url, "/health")) {
             if (!get) return dsp_srv_fail(&e, DSP_SRV_ERR_METHOD, NULL, "%s is not allowed on %s (use GET)", method, url), reply_error(mc, method, url, &e);
             bool draining = atomic_load(&s->draining);
-            return reply(mc, draining ? 503 : 200, draining ? "{\"status\":\"shutting down\"}" : "{\"status\":\"ok\"}", NULL, NULL);
+            char body[1100];
+            snprintf(body, sizeof body, "{\"status\":\"%s\",\"speculation\":%s}", draining ? "shutting down" : "ok", s->spec_json);
+            return reply(mc, draining ? 503 : 200, body, NULL, NULL);
         }
         if (!is_models && route == ROUTE_NONE) {
             dsp_srv_fail(&e, DSP_SRV_ERR_ROUTE, NULL, "no route %s %.200s (this server has POST /v1/chat/completions, POST /v1/completions, "

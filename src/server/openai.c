@@ -451,8 +451,10 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
                          (field(root, "repetition_penalty") ? DSP_GEN_HAS_REPETITION_PENALTY : 0);
         dsp_gen_apply_defaults(&gd, given, gp);
     }
-    gp->mode = s->cfg.mode;
-    if (s->cfg.max_draft > 0) gp->max_draft = s->cfg.max_draft;
+    const dsp_gen_params *spec = &s->cfg.spec;
+    gp->mode = spec->mode, gp->max_draft = spec->max_draft, gp->lookup_min_n = spec->lookup_min_n, gp->lookup_max_n = spec->lookup_max_n;
+    gp->dspark_threshold = spec->dspark_threshold, gp->dspark_cumulative = spec->dspark_cumulative, gp->hybrid_min = spec->hybrid_min;
+    gp->draft_sample = spec->draft_sample;
     long long v = 0;
     bool have = false, have2 = false;
     if (!get_num(root, "temperature", 0, 2, false, &gp->temperature, e) || !get_num(root, "top_p", 0, 1, true, &gp->top_p, e) ||
@@ -778,6 +780,21 @@ char *dsp_srv_stream_events(dsp_srv *s, dsp_srv_req *r, size_t *tok_from, size_t
     return b.p;
 }
 
+void dsp_srv_spec_json(dsp_srv *s) {
+    const dsp_gen_params *sp = &s->cfg.spec;
+    dsp_drafter_info di;
+    json_t *d = json_null();
+    if (dsp_engine_drafter_info(s->engine, &di))
+        d = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:b}", "path", di.path, "kind", di.kind, "layout", di.layout, "block", di.block,
+                      "drafts_per_block", di.n_draft, "layers", di.n_layers, "markov_rank", di.markov_rank, "confidence_head", di.confidence_head);
+    json_t *j = json_pack("{s:s, s:o, s:o}", "mode", dsp_spec_mode_to_string(dsp_engine_resolve_mode(s->engine, sp->mode)), "max_draft",
+                          sp->max_draft == DSP_DRAFT_AUTO ? json_string("auto") : json_integer(sp->max_draft), "drafter", d ? d : json_null());
+    char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    snprintf(s->spec_json, sizeof s->spec_json, "%s", txt ? txt : "null");
+    free(txt);
+    json_decref(j);
+}
+
 char *dsp_srv_models_json(dsp_srv *s, const char *only) {
     const char *ids[DSP_SRV_MAX_ALIASES + 1];
     int n = 0;
@@ -787,6 +804,8 @@ char *dsp_srv_models_json(dsp_srv *s, const char *only) {
     json_t *data = json_array(), *one = NULL;
     for (int i = 0; i < n; i++) {
         json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", ids[i], "object", "model", "created", (json_int_t)s->created, "owned_by", "dspark");
+        json_t *sj = json_loads(s->spec_json, 0, NULL);
+        if (sj) json_object_set_new(m, "speculation", sj);
         if (only && !one && dsp_srv_model_known(s, only)) {
             json_object_set_new(m, "id", json_string(only));
             one = m;

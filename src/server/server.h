@@ -44,8 +44,8 @@ typedef struct dsp_srv_config {
     int idle_timeout_s;          /* an idle or stalled connection is closed after this */
     double shutdown_timeout_s;   /* on SIGINT/SIGTERM in-flight requests get this long to finish */
     int max_connections;
-    dsp_spec_mode mode;          /* speculation default for every request */
-    int32_t max_draft;           /* 0 = the library's default */
+    dsp_gen_params spec;         /* speculation for every request: mode, max_draft, dspark_threshold,
+                                  * hybrid_min, draft_sample, lookup sizes (other fields unused) */
     dsp_engine_params cp;        /* max_batch, batch_tokens, kv_memory, prefix cache, device ... */
 } dsp_srv_config;
 
@@ -146,6 +146,7 @@ struct dsp_srv {
     char model_id[256];          /* the name clients use: first alias, else the file's base name */
     char file_id[256];           /* the file's base name without .gguf (also accepted) */
     char fingerprint[64];
+    char spec_json[1024];        /* {"mode": ..., "max_draft": ..., "drafter": {...} | null}: /health, /v1/models */
     char *template_src;          /* --chat-template contents */
     int64_t created;
 
@@ -193,6 +194,8 @@ char *dsp_srv_response_json(dsp_srv *s, dsp_srv_req *r);
 char *dsp_srv_stream_events(dsp_srv *s, dsp_srv_req *r, size_t *tok_from, size_t *text_from, bool *started, bool final,
                             size_t *len);
 char *dsp_srv_models_json(dsp_srv *s, const char *only);
+/* s->spec_json from the configuration and the engine (after the engine exists) */
+void dsp_srv_spec_json(dsp_srv *s);
 bool dsp_srv_model_known(dsp_srv *s, const char *name);
 
 /* ---- HTTP (http.c) and lifecycle (server.c) ---------------------------------------------------- */
