@@ -406,10 +406,10 @@ int dsp_cmd_benchmark(int argc, char **argv) {
             for (int i = 0; i < prof.n; i++) printf("%s%d", i ? ", " : "", prof.rows[i]);
             printf("], \"rel\": [");
             for (int i = 0; i < prof.n; i++) printf("%s%.3f", i ? ", " : "", (double)prof.rel[i]);
-            printf("], \"one_row_ms\": %.3f, \"ctx_tokens\": %u, \"ctx_rel_per_key\": %.3g, \"draft_rel\": %.3f, \"draft_rel_per_req\": %.3f, "
-                   "\"cached\": %s}",
+            printf("], \"one_row_ms\": %.3f, \"ctx_tokens\": %u, \"ctx_rel_per_key\": %.3g, \"draft_rel\": %.4f, \"draft_rel_per_req\": %.4f, "
+                   "\"draft_ctx_rel\": %.4f, \"cached\": %s}",
                    prof.one_row_ms, prof.ctx_tokens, (double)prof.ctx_rel_per_key, (double)prof.draft_rel, (double)prof.draft_rel_per_req,
-                   prof.cached ? "true" : "false");
+                   (double)prof.draft_ctx_rel, prof.cached ? "true" : "false");
         }
         printf("}");
         printf(", \"verify\": {\"prefix\": %d, \"ms\": [", VERIFY_PREFIX);
@@ -449,8 +449,13 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         if (have_prof) {
             printf("profile   c(k) (1+k-row forward / 1-row, %.2f ms at %u tokens of context):", prof.one_row_ms, prof.ctx_tokens);
             for (int i = 0; i < prof.n; i++) printf(" %d:%.2f", prof.rows[i] - 1, (double)prof.rel[i]);
-            printf("\n          drafter %.2f per block (+%.2f per further request)%s\n", (double)prof.draft_rel, (double)prof.draft_rel_per_req,
-                   prof.cached ? ", from the cache" : "");
+            printf("\n          drafter %.3f per block (+%.3f per further request), its context step %.3f per row%s\n", (double)prof.draft_rel,
+                   (double)prof.draft_rel_per_req, (double)prof.draft_ctx_rel, prof.cached ? ", from the cache" : "");
+            if (prof.draft_rel > 0) {
+                /* a drafter round: one block + the context step of the row it commits (one accepted token: the least) */
+                double tgt = prof.one_row_ms * (1.0 - prof.draft_ctx_rel), drf = prof.one_row_ms * (prof.draft_rel + prof.draft_ctx_rel);
+                printf("          drafter per round %.2f ms = %.1f%% of a target decode step (%.2f ms)\n", drf, 100 * drf / tgt, tgt);
+            }
         }
         printf("verify    1+k tokens after %d, time relative to k = 0 (%.2f ms):\n         ", VERIFY_PREFIX, ver_med[0]);
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_med[k] / ver_med[0]);

@@ -89,7 +89,7 @@ dsp_status dsp_engine_draft_setup(dsp_engine *e, dsp_req *r, dsp_drafter *drafte
     const dsp_gen_params *p = &r->p;
     r->mode = dsp_engine_resolve_mode(e, p->mode);
     r->bslot = -1;
-    dsp_accept_init(&r->acc);
+    for (int b = 0; b < DSP_ACCEPT_BUCKETS; b++) dsp_accept_init(&r->acc[b]);
     dsp_rng_seed(&r->drng, p->seed ^ 0x5DEECE66DULL);
     bool block = r->mode == DSP_SPEC_DFLASH || r->mode == DSP_SPEC_DSPARK || r->mode == DSP_SPEC_HYBRID;
     if (block && !e->bd)
@@ -131,13 +131,13 @@ uint32_t dsp_engine_draft_slack(const dsp_engine *e, const dsp_req *r) { return 
 
 /* ---- the cost profile ----------------------------------------------------------------------- */
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+/* The fastest of the repeats: other processes only ever add time (the machines are shared), so the
+ * minimum estimates the cost on a quiet machine better than the median. */
+static double fastest(const double *v, int n) {
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        if (v[i] < m) m = v[i];
+    return m;
 }
 
 /* Feed tokens [from, to) of a dummy sequence (no logits) */
@@ -180,21 +180,28 @@ static dsp_status measure(dsp_engine *e, dsp_spec_profile *p) {
     dsp_kv_seq s;
     dsp_status st = dsp_fwd_seq_init(e->fwd, &s);
     if (st) return st;
-    double t[DSP_PROFILE_MAX][8], t1[8];
+    double t[DSP_PROFILE_MAX][8], t1[8], tc[8];
     if (!(st = fill(e, &s, 0, L0))) {
         double w;
         for (int i = 0; i < p->n && !st; i++) st = time_rows(e, &s, p->rows[i], &w); /* warm-up */
         for (int rep = 0; rep < reps && !st; rep++)
-            for (int i = 0; i < p->n && !st; i++) st = time_rows(e, &s, p->rows[i], &t[i][rep]);
+            for (int i = 0; i < p->n && !st; i++) {
+                double c0 = e->st.draft_ms;
+                st = time_rows(e, &s, p->rows[i], &t[i][rep]);
+                if (i == 0) tc[rep] = e->st.draft_ms - c0; /* the drafter's context step in a 1-row forward */
+            }
     }
     if (!st && !(st = fill(e, &s, L0, L1)))
         for (int rep = 0; rep < reps && !st; rep++) st = time_rows(e, &s, 1, &t1[rep]);
     if (!st) {
-        double base = median(t[0], reps);
+        double base = fastest(t[0], reps);
         p->one_row_ms = base;
         p->ctx_tokens = L0;
-        for (int i = 0; i < p->n; i++) p->rel[i] = (float)(median(t[i], reps) / base);
-        double slope = (median(t1, reps) / base - 1.0) / (double)(L1 - L0);
+        for (int i = 0; i < p->n; i++) p->rel[i] = (float)(fastest(t[i], reps) / base);
+        p->draft_ctx_rel = e->bd ? (float)(fastest(tc, reps) / base) : 0;
+        for (int i = 1; i < p->n; i++) /* more rows never cost less: noise must not make a deeper draft look free */
+            if (p->rel[i] < p->rel[i - 1]) p->rel[i] = p->rel[i - 1];
+        double slope = (fastest(t1, reps) / base - 1.0) / (double)(L1 - L0);
         p->ctx_rel_per_key = slope > 0 ? (float)slope : 0;
     }
     /* the block drafter: one request's block, then up to 4 requests in one call */
@@ -225,8 +232,8 @@ static dsp_status measure(dsp_engine *e, dsp_spec_profile *p) {
             }
         }
         if (!st) {
-            p->draft_rel = (float)(median(td[0], reps) / p->one_row_ms);
-            double per = R > 1 ? (median(td[1], reps) - median(td[0], reps)) / (R - 1) / p->one_row_ms : p->draft_rel;
+            p->draft_rel = (float)(fastest(td[0], reps) / p->one_row_ms);
+            double per = R > 1 ? (fastest(td[1], reps) - fastest(td[0], reps)) / (R - 1) / p->one_row_ms : p->draft_rel;
             p->draft_rel_per_req = per > 0 ? (float)per : 0;
         }
         for (int j = 0; j < n_init; j++) dsp_kv_seq_free(e->kv, &sq[j]);
@@ -306,11 +313,13 @@ static int32_t confident(const dsp_gen_params *p, const float *conf, int32_t n) 
     return n;
 }
 
-/* --max-draft auto, before drafting: is one of r's drafts expected to pay for the drafter? */
-static bool worth_drafting(dsp_engine *e, dsp_req *r, int32_t cap, float draft_cost) {
-    dsp_cost_req c = {dsp_accept_p(&r->acc), NULL, cap, r->n_tokens, 0};
+/* --max-draft auto, before drafting: how many of r's drafts are expected to pay for the drafter
+ * (0: none, so it does not run). Only that many slots are decoded (LM head, Markov steps): the
+ * choice uses the acceptance estimate alone, never the drafts, so it is a stopping rule. */
+static int32_t worth_drafting(dsp_engine *e, dsp_req *r, int32_t cap, float draft_cost) {
+    dsp_cost_req c = {dsp_accept_p(&r->acc[0]), NULL, cap, r->n_tokens, 0};
     dsp_cost_choose(&e->prof, 1, 0, 1, draft_cost, &c, 1);
-    return c.k > 0;
+    return c.k;
 }
 
 dsp_status dsp_engine_draft_round(dsp_engine *e) {
@@ -320,7 +329,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
         dsp_req *r = e->running[i];
         if (r->state != DSP_REQ_DECODE) continue;
         n_decode++;
-        r->k = r->n_prop = 0, r->src = DSP_SRC_NONE, r->bslot = -1, r->sampled = false;
+        r->k = r->n_prop = 0, r->src = DSP_SRC_NONE, r->bslot = -1, r->sampled = false, r->acc_b = 0;
         bool autok = r->p.max_draft == DSP_DRAFT_AUTO;
         any_auto |= autok && (r->drafter || r->block);
     }
@@ -342,6 +351,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
             if (use) {
                 r->k = r->n_prop = k;
                 r->src = k ? DSP_SRC_DRAFTER : DSP_SRC_NONE;
+                if (k && !strcmp(r->drafter->ops->name, "lookup")) r->acc_b = dsp_accept_bucket(dsp_lookup_last_len(r->drafter));
                 r->sampled = r->drafter->supplies_q && k > 0;
                 if (r->mode != DSP_SPEC_HYBRID || k > 0) continue;
             }
@@ -354,14 +364,15 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
         if ((uint32_t)n_slots > e->n_ctx - start) n_slots = (int32_t)(e->n_ctx - start);
         int32_t full = dsp_block_n_draft(in, n_slots);
         if (full <= 0) continue;
-        if (autok && !worth_drafting(e, r, cap < full ? cap : full, e->prof.draft_rel)) continue;
+        int32_t want = cap < full ? cap : full;
+        if (autok && (want = worth_drafting(e, r, want, e->prof.draft_rel)) == 0) continue;
         dsp_block_req *q = &e->breqs[nb];
         memset(q, 0, sizeof *q);
         q->kv = &r->kv;
         q->anchor = r->tokens[r->n_tokens - 1];
         q->start = start;
         q->n_slots = n_slots;
-        q->n_want = trace || cap > full ? full : cap;
+        q->n_want = trace ? full : want;
         q->markov = q->confidence = r->mode == DSP_SPEC_DSPARK || (r->mode == DSP_SPEC_HYBRID && in->dspark);
         q->stop_below = -INFINITY;
         if (!trace && r->p.dspark_threshold > 0 && q->confidence)
@@ -419,7 +430,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
         if (r->state != DSP_REQ_DECODE) continue;
         if (r->n_tokens > e->prof.ctx_tokens) base_extra += r->n_tokens - e->prof.ctx_tokens;
         if (r->p.max_draft != DSP_DRAFT_AUTO || r->k == 0) continue;
-        e->creqs[nc] = (dsp_cost_req){dsp_accept_p(&r->acc), NULL, r->k, r->n_tokens, 0};
+        e->creqs[nc] = (dsp_cost_req){dsp_accept_p(&r->acc[r->acc_b]), NULL, r->k, r->n_tokens, 0};
         nc++;
     }
     if (nc == 0) return DSP_OK;
@@ -437,7 +448,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
 
 void dsp_engine_draft_done(dsp_engine *e, dsp_req *r, int32_t k, const int32_t *out, int32_t n_out, int32_t emitted) {
     const int32_t a = n_out - 1;
-    dsp_accept_round(&r->acc, k, a);
+    if (r->src != DSP_SRC_NONE || r->block) dsp_accept_round(&r->acc[r->acc_b], k, a); /* a round without an offer teaches nothing */
     r->res.kept_hist[k]++;
     if (!r->p.trace) return;
     dsp_round_trace t;

@@ -61,7 +61,9 @@ typedef struct dsp_req {
     dsp_draft_src src;           /* who drafted this round */
     bool sampled;                /* this round's drafts were sampled from q (rejection sampling) */
     int bslot;                   /* this round's index in the engine's block requests, -1: none */
-    dsp_accept acc;              /* acceptance estimate (--max-draft auto) */
+    dsp_accept acc[DSP_ACCEPT_BUCKETS]; /* acceptance estimates (--max-draft auto): [0] the block drafter or a
+                                  * test's drafter, [1..] prompt lookup by match length (dsp_accept_bucket) */
+    int acc_b;                   /* this round's bucket */
     dsp_rng drng;                /* the block drafter's sampling stream (draft_sample) */
     uint32_t prev_block_pos;     /* the anchor position of the last traced block draft (ctx_rows) */
     int row0, n_rows, logit0;    /* this round's rows in the batch and in the logits */

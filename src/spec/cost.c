@@ -92,11 +92,11 @@ bool dsp_cost_cache_read(const char *path, const char *key, dsp_spec_profile *p)
     memset(&q, 0, sizeof q);
     const char *k = NULL;
     const json_t *rows = dsp_json_at(j, "rows"), *rel = dsp_json_at(j, "rel");
-    double v[5];
+    double v[6];
     bool ok = !dsp_json_str(j, "key", &k) && !strcmp(k, key) && json_is_array(rows) && json_is_array(rel) &&
               json_array_size(rows) == json_array_size(rel) && json_array_size(rows) >= 1 && json_array_size(rows) <= DSP_PROFILE_MAX &&
               !dsp_json_num(j, "one_row_ms", &v[0]) && !dsp_json_num(j, "ctx_tokens", &v[1]) && !dsp_json_num(j, "ctx_rel_per_key", &v[2]) &&
-              !dsp_json_num(j, "draft_rel", &v[3]) && !dsp_json_num(j, "draft_rel_per_req", &v[4]);
+              !dsp_json_num(j, "draft_rel", &v[3]) && !dsp_json_num(j, "draft_rel_per_req", &v[4]) && !dsp_json_num(j, "draft_ctx_rel", &v[5]);
     if (ok) {
         q.n = (int32_t)json_array_size(rows);
         for (int i = 0; i < q.n && ok; i++) {
@@ -105,11 +105,12 @@ bool dsp_cost_cache_read(const char *path, const char *key, dsp_spec_profile *p)
                  (i == 0 || json_integer_value(a) > q.rows[i - 1]) && json_number_value(b) > 0 && json_number_value(b) < 1e6;
             if (ok) q.rows[i] = (int32_t)json_integer_value(a), q.rel[i] = (float)json_number_value(b);
         }
-        ok = ok && v[0] > 0 && v[1] >= 0 && v[1] < 1e9 && v[2] >= 0 && v[2] < 1 && v[3] >= 0 && v[3] < 1e3 && v[4] >= 0 && v[4] < 1e3;
+        ok = ok && v[0] > 0 && v[1] >= 0 && v[1] < 1e9 && v[2] >= 0 && v[2] < 1 && v[3] >= 0 && v[3] < 1e3 && v[4] >= 0 && v[4] < 1e3 && v[5] >= 0 && v[5] < 1e3;
     }
     json_decref(j);
     if (!ok) return false;
     q.one_row_ms = v[0], q.ctx_tokens = (uint32_t)v[1], q.ctx_rel_per_key = (float)v[2], q.draft_rel = (float)v[3], q.draft_rel_per_req = (float)v[4];
+    q.draft_ctx_rel = (float)v[5];
     q.cached = true;
     snprintf(q.cache_path, sizeof q.cache_path, "%s", path);
     *p = q;
@@ -131,9 +132,9 @@ void dsp_cost_cache_write(const char *path, const char *key, const dsp_spec_prof
     if (mkdir(dir, 0755) && errno != EEXIST) return;
     json_t *rows = json_array(), *rel = json_array();
     for (int i = 0; i < p->n; i++) json_array_append_new(rows, json_integer(p->rows[i])), json_array_append_new(rel, json_real(p->rel[i]));
-    json_t *j = json_pack("{s:s, s:o, s:o, s:f, s:i, s:f, s:f, s:f}", "key", key, "rows", rows, "rel", rel, "one_row_ms", p->one_row_ms,
+    json_t *j = json_pack("{s:s, s:o, s:o, s:f, s:i, s:f, s:f, s:f, s:f}", "key", key, "rows", rows, "rel", rel, "one_row_ms", p->one_row_ms,
                           "ctx_tokens", (int)p->ctx_tokens, "ctx_rel_per_key", (double)p->ctx_rel_per_key, "draft_rel",
-                          (double)p->draft_rel, "draft_rel_per_req", (double)p->draft_rel_per_req);
+                          (double)p->draft_rel, "draft_rel_per_req", (double)p->draft_rel_per_req, "draft_ctx_rel", (double)p->draft_ctx_rel);
     char tmp[600];
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     if (j && !json_dump_file(j, tmp, JSON_INDENT(1)) && rename(tmp, path)) unlink(tmp);

@@ -28,6 +28,14 @@ typedef struct dsp_accept {
 } dsp_accept;
 
 static inline void dsp_accept_init(dsp_accept *a) { a->s = a->t = 0; }
+
+/* Prompt lookup's proposals are kept apart by how far their match reaches back (a 2-token match in
+ * chat is mostly chance, a 16-token one is a copy): buckets 1..4 for 2-3, 4-7, 8-15, 16+ tokens;
+ * bucket 0 is for every other drafter. */
+#define DSP_ACCEPT_BUCKETS 5
+static inline int dsp_accept_bucket(int32_t match_len) {
+    return match_len < 4 ? 1 : match_len < 8 ? 2 : match_len < 16 ? 3 : 4;
+}
 /* one decoding round: k drafts verified, acc accepted (k = 0: no drafts this round) */
 void dsp_accept_round(dsp_accept *a, int32_t k, int32_t acc);
 float dsp_accept_p(const dsp_accept *a);
