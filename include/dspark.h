@@ -276,8 +276,8 @@ typedef struct dsp_gen_params {
                                  * is below this (DRAFTERS.md §2.8 cumulative variant); 0 = off. [0, 1] */
     int32_t hybrid_min;         /* hybrid: lookup matches of at least this many tokens are used (default 4) */
     bool draft_sample;          /* T > 0 with a block drafter: drafts are sampled from the drafter's
-                                 * distribution q and verified by rejection sampling; false (default): argmax
-                                 * drafts verified by sample-and-match (README says why) */
+                                 * distribution q and verified by rejection sampling (default true); false:
+                                 * argmax drafts verified by sample-and-match (README says why) */
     dsp_trace_cb trace;         /* called once per decoding round of this request (NULL: none) */
     void *trace_user;
 } dsp_gen_params;
@@ -419,6 +419,7 @@ typedef struct dsp_spec_profile {
     uint32_t ctx_tokens;        /* the context length the curve was measured at */
     float ctx_rel_per_key;      /* extra relative time per row per key of context beyond ctx_tokens */
     float draft_rel;            /* the block drafter's cost for one request's block (0: no drafter) */
+    float draft_ctx_rel;        /* its context step for one row (inside every forward, so inside rel too) */
     float draft_rel_per_req;    /* its added cost per further request in the same draft call */
     bool cached;                /* read from the cache file */
     char cache_path[512];
