@@ -1,29 +1,35 @@
 #!/usr/bin/env python3
-"""Load benchmark for `dspark serve` (not a test).
+"""Load benchmark for `dspark serve` (not a test). Scenarios (all by default, or --scenario):
 
-Phase 1: N sequential streaming chat requests. Phase 2: C concurrent clients, each sending R
-requests back to back. Every request is greedy (temperature 0) over a fixed set of prompts, so
-each response must equal the reference response for its prompt (taken from a non-streaming
-request before timing starts) and must be complete: a finish_reason, a usage chunk whose
-completion_tokens matches, and `data: [DONE]`. Reports latency and time-to-first-token
-percentiles and token throughput per phase; --json prints one JSON object.
+  sweep      1, 2, 4, 8, 16 concurrent clients (--levels), each sending --per-client streaming
+             chat requests of --max-tokens greedy tokens (ignore_eos, so every request decodes the
+             same length). Per level: aggregate output tok/s and its ratio to 1 client, time to
+             first token p50/p99, inter-token latency p50/p99 (gaps between content chunks of one
+             stream). Every response is checked against the same request run alone first.
+  multiturn  a ~2,000-token conversation: the first turn cold, then follow-up turns that reuse
+             its KV from the prefix cache; the follow-up's TTFT against the same request on a
+             server started with --no-prefix-cache (cold). Both outputs must be equal.
+  longprompt --long-streams streams are decoding when a ~2,000-token prompt arrives; the
+             inter-token latency of the running streams while it is prefilled (p99) against their
+             idle median before it arrived.
+  memory     server RSS after 100 and after --memory-requests mixed requests (some abandoned).
 
-  python3 bench/load.py                      # starts build/release/dspark serve on a free port
-  python3 bench/load.py --url http://127.0.0.1:8000   # an already running server
+  python3 bench/load.py --json > bench/results/load-$(date +%F).json
+  python3 bench/load.py --scenario sweep --serve-args "--mode baseline"
 
-Standard library only."""
+It starts build/release/dspark serve itself (a fresh one per scenario). Standard library only."""
 import argparse
 import http.client
 import json
 import os
 import platform
 import re
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 
 PROMPTS = [
     "What is the capital of France?",
@@ -37,6 +43,10 @@ PROMPTS = [
     "Name a famous painting by Leonardo da Vinci.",
     "Why is the sky blue? Answer briefly.",
 ]
+HERE = os.path.dirname(os.path.abspath(__file__))
+PARAGRAPH = ("The history of computing is a story of ideas meeting machines. Early mechanical calculators gave way to "
+             "electronic computers, which in turn shrank from rooms to desks to pockets. Along the way, programmers "
+             "invented languages, operating systems and networks, and each layer made the next one possible. ")
 
 
 def pct(xs, p):
@@ -48,180 +58,257 @@ def pct(xs, p):
     return xs[i] if i + 1 >= len(xs) else xs[i] + (xs[i + 1] - xs[i]) * (k - i)
 
 
-class Client:
-    def __init__(self, url, model, max_tokens, api_key=None):
-        u = urllib.parse.urlparse(url)
-        self.host, self.port = u.hostname, u.port or 80
-        self.model, self.max_tokens, self.api_key = model, max_tokens, api_key
-        self.conn = None
-
-    def _conn(self):
-        if self.conn is None:
-            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=600)
-        return self.conn
-
-    def _headers(self):
-        h = {"Content-Type": "application/json"}
-        if self.api_key:
-            h["Authorization"] = "Bearer " + self.api_key
-        return h
-
-    def chat(self, prompt):
-        """Non-streaming: the content."""
-        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-                "max_tokens": self.max_tokens}
-        c = self._conn()
-        c.request("POST", "/v1/chat/completions", json.dumps(body), self._headers())
-        r = c.getresponse()
-        data = r.read()
-        if r.status != 200:
-            raise RuntimeError("HTTP %d: %s" % (r.status, data[:300]))
-        return json.loads(data)["choices"][0]["message"]["content"]
-
-    def stream(self, prompt):
-        """Streaming request: (content, completion_tokens, latency s, ttft s, problems)."""
-        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-                "max_tokens": self.max_tokens, "stream": True, "stream_options": {"include_usage": True}}
-        t0 = time.perf_counter()
-        c = self._conn()
-        c.request("POST", "/v1/chat/completions", json.dumps(body), self._headers())
-        r = c.getresponse()
-        if r.status != 200:
-            data = r.read()
-            return None, 0, time.perf_counter() - t0, None, ["HTTP %d: %s" % (r.status, data[:200])]
-        text, ttft, usage, finish, done, problems = [], None, None, None, False, []
-        while True:
-            line = r.readline()
-            if not line:
-                break
-            line = line.strip()
-            if not line.startswith(b"data: "):
-                continue
-            payload = line[6:]
-            if payload == b"[DONE]":
-                done = True
-                continue
-            ev = json.loads(payload)
-            if "error" in ev:
-                problems.append("error event: %s" % ev["error"])
-                continue
-            if ev.get("usage"):
-                usage = ev["usage"]
-            for ch in ev.get("choices", []):
-                piece = ch["delta"].get("content")
-                if piece:
-                    if ttft is None:
-                        ttft = time.perf_counter() - t0
-                    text.append(piece)
-                if ch.get("finish_reason"):
-                    finish = ch["finish_reason"]
-        r.read()
-        lat = time.perf_counter() - t0
-        if not done:
-            problems.append("no [DONE]")
-        if finish not in ("stop", "length"):
-            problems.append("finish_reason %r" % finish)
-        if not usage:
-            problems.append("no usage chunk")
-        return "".join(text), (usage or {}).get("completion_tokens", 0), lat, ttft, problems
+def stats(xs):
+    return {"p50": round(pct(xs, 50), 4), "p90": round(pct(xs, 90), 4), "p99": round(pct(xs, 99), 4), "max": round(pct(xs, 100), 4),
+            "n": len(xs)}
 
 
-def run_phase(name, url, model, max_tokens, refs, n_clients, per_client, api_key):
-    results, lock = [], threading.Lock()
+class Server:
+    def __init__(self, bin_, model, args):
+        self.logf = tempfile.NamedTemporaryFile(prefix="dspark-load-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen([bin_, "serve", "-m", model, "--port", "0", "--max-queue", "1024", *args],
+                                     stdout=subprocess.DEVNULL, stderr=self.logf)
+        deadline, self.url = time.time() + 180, None
+        while not self.url:
+            m = re.search(r"listening on http://([\d.]+):(\d+)", open(self.logf.name, errors="replace").read())
+            if m:
+                self.host, self.port = m.group(1), int(m.group(2))
+                self.url = "http://%s:%d" % (self.host, self.port)
+            elif self.proc.poll() is not None or time.time() > deadline:
+                sys.exit("dspark serve did not start:\n" + open(self.logf.name, errors="replace").read())
+            time.sleep(0.05)
 
-    def worker(k):
-        cl = Client(url, model, max_tokens, api_key)
-        for j in range(per_client):
-            i = (k * per_client + j) % len(PROMPTS)
-            text, ntok, lat, ttft, problems = cl.stream(PROMPTS[i])
-            if text is not None and text != refs[i]:
-                problems.append("wrong output for prompt %d: %r != %r" % (i, text[:80], refs[i][:80]))
-            with lock:
-                results.append((ntok, lat, ttft, problems))
+    def rss_mb(self):
+        for ln in open("/proc/%d/status" % self.proc.pid):
+            if ln.startswith("VmRSS:"):
+                return int(ln.split()[1]) / 1024.0
+        return float("nan")
 
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=120)
+        os.unlink(self.logf.name)
+
+
+def request(srv, messages, max_tokens, stream, extra=None):
+    """One chat request. Returns (text, completion_tokens, cached_tokens, t_start, [chunk arrival times])."""
+    body = {"messages": messages, "temperature": 0, "max_tokens": max_tokens, "ignore_eos": True, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    body.update(extra or {})
+    c = http.client.HTTPConnection(srv.host, srv.port, timeout=900)
     t0 = time.perf_counter()
-    ths = [threading.Thread(target=worker, args=(k,)) for k in range(n_clients)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    wall = time.perf_counter() - t0
-    lats = [r[1] for r in results]
-    ttfts = [r[2] for r in results if r[2] is not None]
-    toks = sum(r[0] for r in results)
-    problems = [p for r in results for p in r[3]]
-    per_req_tps = [r[0] / r[1] for r in results if r[1] > 0]
-    return {
-        "phase": name, "clients": n_clients, "requests": len(results), "wall_s": round(wall, 2),
-        "ok": sum(1 for r in results if not r[3]), "problems": problems[:20], "n_problems": len(problems),
-        "completion_tokens": toks, "throughput_tok_s": round(toks / wall, 2), "requests_per_s": round(len(results) / wall, 3),
-        "latency_s": {p: round(pct(lats, q), 3) for p, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))},
-        "ttft_s": {p: round(pct(ttfts, q), 3) for p, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))},
-        "per_request_tok_s_p50": round(pct(per_req_tps, 50), 2),
-    }
+    c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError("HTTP %d: %s" % (r.status, r.read()[:300]))
+    if not stream:
+        obj = json.loads(r.read())
+        u = obj["usage"]
+        return obj["choices"][0]["message"]["content"], u["completion_tokens"], u["prompt_tokens_details"]["cached_tokens"], t0, [time.perf_counter()]
+    text, times, usage, done = [], [], {}, False
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        line = line.strip()
+        if not line.startswith(b"data: "):
+            continue
+        if line == b"data: [DONE]":
+            done = True
+            continue
+        ev = json.loads(line[6:])
+        if ev.get("usage"):
+            usage = ev["usage"]
+        for ch in ev.get("choices", []):
+            piece = ch["delta"].get("content")
+            if piece:
+                times.append(time.perf_counter())
+                text.append(piece)
+    c.close()
+    if not done:
+        raise RuntimeError("stream without [DONE]")
+    return "".join(text), usage.get("completion_tokens", 0), (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0), t0, times
+
+
+def chat(q, system=None):
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": q}]
+
+
+def sweep(a):
+    srv = Server(a.bin, a.model, a.serve_args.split())
+    try:
+        refs = [request(srv, chat(p), a.max_tokens, False)[0] for p in PROMPTS]
+        levels = []
+        for n_cl in [int(x) for x in a.levels.split(",")]:
+            res, problems, lock = [], [], threading.Lock()
+
+            def worker(k):
+                for j in range(a.per_client):
+                    i = (k * a.per_client + j) % len(PROMPTS)
+                    try:
+                        text, ntok, _, t0, times = request(srv, chat(PROMPTS[i]), a.max_tokens, True)
+                    except Exception as e:  # reported
+                        with lock:
+                            problems.append(str(e))
+                        continue
+                    with lock:
+                        if text != refs[i]:
+                            problems.append("wrong output for prompt %d" % i)
+                        res.append((ntok, t0, times))
+
+            t0 = time.perf_counter()
+            ths = [threading.Thread(target=worker, args=(k,)) for k in range(n_cl)]
+            for t in ths:
+                t.start()
+            for t in ths:
+                t.join()
+            wall = time.perf_counter() - t0
+            toks = sum(r[0] for r in res)
+            ttft = [r[2][0] - r[1] for r in res if r[2]]
+            itl = [b - a_ for r in res for a_, b in zip(r[2], r[2][1:])]
+            levels.append({"clients": n_cl, "requests": len(res), "wall_s": round(wall, 2), "completion_tokens": toks,
+                           "throughput_tok_s": round(toks / wall, 2), "ttft_s": stats(ttft), "itl_s": stats(itl),
+                           "n_problems": len(problems), "problems": problems[:10]})
+            print("  sweep: %2d clients: %.1f tok/s aggregate, TTFT p50 %.3f p99 %.3f s, ITL p50 %.4f p99 %.4f s, %d problems" % (
+                n_cl, toks / wall, pct(ttft, 50), pct(ttft, 99), pct(itl, 50), pct(itl, 99), len(problems)), file=sys.stderr)
+        base = levels[0]["throughput_tok_s"] or float("nan")
+        for lv in levels:
+            lv["speedup_vs_1_client"] = round(lv["throughput_tok_s"] / base, 3)
+        return {"scenario": "sweep", "max_tokens": a.max_tokens, "per_client": a.per_client, "serve_args": a.serve_args, "levels": levels}
+    finally:
+        srv.close()
+
+
+def multiturn(a):
+    system = PARAGRAPH * 24  # ~2,000 tokens
+    srv = Server(a.bin, a.model, a.serve_args.split())
+    cold_srv = None
+    try:
+        msgs = chat("Summarize the text above in one sentence.", system)
+        turns = []
+        for t in range(3):
+            text, ntok, cached, t0, times = request(srv, msgs, 24, True)
+            turns.append({"turn": t + 1, "ttft_s": round(times[0] - t0, 4), "cached_tokens": cached})
+            msgs = msgs + [{"role": "assistant", "content": text}, {"role": "user", "content": ["Say more.", "And then?", "Thanks."][t]}]
+            last_follow = (msgs[:-2], text)
+        # the last follow-up request again, cold: on a server without the prefix cache
+        prev = turns[-1]
+        cold_srv = Server(a.bin, a.model, a.serve_args.split() + ["--no-prefix-cache"])
+        req = last_follow[0]
+        text_cold, _, cached_cold, t0, times = request(cold_srv, req, 24, True)
+        cold = times[0] - t0
+        return {"scenario": "multiturn", "system_chars": len(system), "turns": turns, "follow_up_ttft_s": prev["ttft_s"],
+                "cold_ttft_s": round(cold, 4), "cold_cached_tokens": cached_cold, "speedup": round(cold / prev["ttft_s"], 2),
+                "outputs_equal": text_cold == last_follow[1]}
+    finally:
+        srv.close()
+        if cold_srv:
+            cold_srv.close()
+
+
+def longprompt(a):
+    srv = Server(a.bin, a.model, a.serve_args.split())
+    try:
+        res = [None] * a.long_streams
+        t_arrive = [None, None]
+
+        def stream(k):
+            res[k] = request(srv, chat(PROMPTS[k % len(PROMPTS)]), a.long_tokens, True)
+
+        ths = [threading.Thread(target=stream, args=(k,)) for k in range(a.long_streams)]
+        for t in ths:
+            t.start()
+        time.sleep(a.long_idle)
+        t_arrive[0] = time.perf_counter()
+        text, _, _, t0, times = request(srv, chat("Summarize the text above in one sentence.", PARAGRAPH * 24), 4, True)
+        t_arrive[1] = t0 + (times[0] - t0) if times else time.perf_counter()  # its first token: the prefill is over
+        for t in ths:
+            t.join()
+        idle, during = [], []
+        for r in res:
+            for x, y in zip(r[4], r[4][1:]):
+                if y < t_arrive[0]:
+                    idle.append(y - x)
+                elif x >= t_arrive[0] and y <= t_arrive[1]:
+                    during.append(y - x)
+                elif x < t_arrive[1] and y > t_arrive[0]:
+                    during.append(y - x)
+        return {"scenario": "longprompt", "streams": a.long_streams, "prefill_window_s": round(t_arrive[1] - t_arrive[0], 3),
+                "idle_itl_s": stats(idle), "during_prefill_itl_s": stats(during),
+                "p99_over_idle_median": round(pct(during, 99) / pct(idle, 50), 2) if idle and during else None}
+    finally:
+        srv.close()
+
+
+def memory(a):
+    srv = Server(a.bin, a.model, a.serve_args.split())
+    try:
+        rss, lock, count = {}, threading.Lock(), [0]
+
+        def client(k):
+            for j in range(k, a.memory_requests, 8):
+                i = j % len(PROMPTS)
+                if j % 5 == 0:  # abandoned mid-stream
+                    body = json.dumps({"messages": chat(PROMPTS[i] + " " * (j % 7)), "max_tokens": 32, "stream": True}).encode()
+                    s = socket.create_connection((srv.host, srv.port), timeout=60)
+                    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                    s.recv(64)
+                    s.close()
+                else:
+                    request(srv, chat(PROMPTS[i] + " %d" % j), 8, j % 2 == 0, {"temperature": 0.7, "seed": j})
+                with lock:
+                    count[0] += 1
+                    if count[0] in (100, a.memory_requests):
+                        rss[count[0]] = srv.rss_mb()
+
+        ths = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        time.sleep(1)
+        end = srv.rss_mb()
+        return {"scenario": "memory", "requests": a.memory_requests, "rss_mb_after_100": round(rss.get(100, float("nan")), 1),
+                "rss_mb_after_all": round(end, 1), "ratio": round(end / rss.get(100, float("nan")), 4)}
+    finally:
+        srv.close()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--url", help="an already running server (default: start one)")
-    ap.add_argument("--bin", default=os.path.join(os.path.dirname(__file__), "..", "build", "release", "dspark"))
-    ap.add_argument("--model", default=os.path.join(os.path.dirname(__file__), "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--serve-args", default="", help="extra arguments for dspark serve (e.g. '--mode baseline')")
-    ap.add_argument("--api-key")
-    ap.add_argument("--sequential", type=int, default=200, help="requests in phase 1")
-    ap.add_argument("--clients", type=int, default=16, help="concurrent clients in phase 2")
-    ap.add_argument("--per-client", type=int, default=5, help="requests per client in phase 2")
-    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "release", "dspark"))
+    ap.add_argument("--model", default=os.path.join(HERE, "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--serve-args", default="--max-batch 16 --threads 2", help="extra arguments for dspark serve")
+    ap.add_argument("--scenario", default="sweep,multiturn,longprompt,memory")
+    ap.add_argument("--levels", default="1,2,4,8,16")
+    ap.add_argument("--per-client", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--long-streams", type=int, default=4)
+    ap.add_argument("--long-tokens", type=int, default=400)
+    ap.add_argument("--long-idle", type=float, default=3.0, help="seconds of idle streaming before the long prompt arrives")
+    ap.add_argument("--memory-requests", type=int, default=1000)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-
-    proc, logf = None, None
-    url = a.url
-    if not url:
-        logf = tempfile.NamedTemporaryFile(prefix="dspark-load-", suffix=".log", delete=False)
-        proc = subprocess.Popen([a.bin, "serve", "-m", a.model, "--port", "0", "--max-queue", "256", *a.serve_args.split()],
-                                stdout=subprocess.DEVNULL, stderr=logf)
-        deadline = time.time() + 120
-        while not url:
-            m = re.search(r"listening on (http://\S+)", open(logf.name, errors="replace").read())
-            if m:
-                url = m.group(1)
-            elif proc.poll() is not None or time.time() > deadline:
-                sys.exit("dspark serve did not start:\n" + open(logf.name, errors="replace").read())
-            time.sleep(0.05)
+    cpu = platform.machine()
     try:
-        cl = Client(url, None, a.max_tokens, a.api_key)
-        c = cl._conn()
-        c.request("GET", "/v1/models", headers=cl._headers())
-        model = json.loads(c.getresponse().read())["data"][0]["id"]
-        cl.model = model
-        refs = [cl.chat(p) for p in PROMPTS]  # reference outputs (non-streaming)
-        phases = [run_phase("sequential", url, model, a.max_tokens, refs, 1, a.sequential, a.api_key),
-                  run_phase("concurrent", url, model, a.max_tokens, refs, a.clients, a.per_client, a.api_key)]
-    finally:
-        if proc:
-            proc.terminate()
-            proc.wait(timeout=60)
-    out = {"benchmark": "dspark serve load", "machine": {"cpu": platform.processor() or platform.machine(),
-                                                          "cores": os.cpu_count(), "system": platform.platform()},
-           "model": os.path.basename(a.model) if not a.url else model, "max_tokens": a.max_tokens, "phases": phases}
-    try:
-        out["machine"]["cpu"] = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")][0]
+        cpu = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")][0]
     except (OSError, IndexError):
         pass
+    commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    out = {"benchmark": "dspark serve load", "commit": commit, "machine": {"cpu": cpu, "cores": os.cpu_count(),
+           "loadavg": os.getloadavg()[0]}, "model": os.path.basename(a.model), "scenarios": []}
+    funcs = {"sweep": sweep, "multiturn": multiturn, "longprompt": longprompt, "memory": memory}
+    for name in a.scenario.split(","):
+        r = funcs[name](a)
+        out["scenarios"].append(r)
+        if not a.json:
+            print(json.dumps(r))
     if a.json:
         print(json.dumps(out, indent=1))
-    else:
-        print("dspark serve load: %s, %s (%d cores), max_tokens %d" % (out["model"], out["machine"]["cpu"], out["machine"]["cores"], a.max_tokens))
-        for p in phases:
-            print("  %-10s %2d clients %4d requests in %7.1f s: %d ok, %d problems; %.1f tok/s, %.2f req/s" % (
-                p["phase"], p["clients"], p["requests"], p["wall_s"], p["ok"], p["n_problems"], p["throughput_tok_s"], p["requests_per_s"]))
-            print("             latency p50/p90/p99/max %s s; TTFT p50/p90/p99/max %s s; per-request %.1f tok/s" % (
-                "/".join("%.2f" % p["latency_s"][k] for k in ("p50", "p90", "p99", "max")),
-                "/".join("%.2f" % p["ttft_s"][k] for k in ("p50", "p90", "p99", "max")), p["per_request_tok_s_p50"]))
-            for msg in p["problems"]:
-                print("             problem:", msg)
-    sys.exit(1 if any(p["n_problems"] for p in phases) else 0)
+    bad = any(lv["n_problems"] for s in out["scenarios"] if s["scenario"] == "sweep" for lv in s["levels"])
+    bad |= any(not s["outputs_equal"] for s in out["scenarios"] if s["scenario"] == "multiturn")
+    sys.exit(1 if bad else 0)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 /* fuzz/fuzz_gguf: libFuzzer target for the GGUF reader. Every input is opened from memory (the
  * fuzzer's buffer has exactly the input's size, so ASan sees any overread); a file that opens is
- * walked through every accessor (tests/gguf_walk.h), as a model loader would. A failed open must
- * leave a message. Run by scripts/fuzz, never in CI. */
+ * walked through every accessor (tests/gguf_walk.h), then loaded as a model (tokenizer, chat
+ * template, hyper-parameters, binding; fuzz_common.h). A failed open must leave a message.
+ * Structure-aware fuzzing of the model's metadata and shapes is fuzz_model. */
+#include "fuzz_common.h"
 #include "gguf_walk.h"
 
 #include "core/status.h"
@@ -24,5 +26,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     volatile uint64_t sink = dsp_gguf_walk(g);
     (void)sink;
     dsp_gguf_destroy(g);
+    fuzz_load_and_run(data, size);
     return 0;
 }

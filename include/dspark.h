@@ -97,7 +97,8 @@ const dsp_tokenizer *dsp_model_tokenizer(const dsp_model *m);
  * NUL-terminated; bytes that are not valid UTF-8 are read as U+FFFD (one per maximal invalid
  * subsequence, as Python's bytes.decode(errors="replace")). *n_out receives the number of ids the
  * text has even when it exceeds cap; then only the first cap are stored and DSP_ERR_RANGE is
- * returned (call with cap 0 to size the buffer). flags: DSP_TOKENIZE_*. */
+ * returned (call with cap 0 to size the buffer). Texts over 1 GiB are refused (DSP_ERR_RANGE).
+ * flags: DSP_TOKENIZE_*. */
 dsp_status dsp_tokenize(const dsp_tokenizer *t, const char *text, size_t len, int flags, int32_t *ids, size_t cap,
                         size_t *n_out);
 /* Ids -> UTF-8 text (invalid byte sequences become U+FFFD). Writes at most cap - 1 bytes and a
@@ -376,6 +377,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
 /* What the engine is doing, for metrics and logs. Counters are totals since creation. */
 typedef struct dsp_engine_stats {
     uint32_t waiting, running;
+    uint32_t peak_running;  /* most requests that shared one round */
     uint32_t kv_blocks, kv_blocks_used, kv_blocks_cached, block_tokens;
     uint64_t requests, prompt_tokens, cached_tokens, generated_tokens;
     uint64_t rounds, spec_rounds, drafted, accepted, evicted_blocks;

@@ -96,4 +96,26 @@ static inline dsp_model *dsp_test_load_default_model(void) {
     return m;
 }
 
+/* The model a test runs on: $DSP_TEST_MODEL if set (e.g. a random-weight model of the default
+ * model's shape on a machine the default model cannot be copied to), else the default model (NULL
+ * after a SKIP line when it has not been fetched). *is_default says which. */
+static inline dsp_model *dsp_test_load_model(bool *is_default) {
+    const char *path = getenv("DSP_TEST_MODEL");
+    *is_default = !(path && *path);
+    if (*is_default) return dsp_test_load_default_model();
+    dsp_model_params mp = dsp_model_default_params();
+    dsp_model *m = NULL;
+    if (dsp_model_load(path, &mp, &m) != DSP_OK) {
+        fprintf(stderr, "DSP_TEST_MODEL %s: %s\n", path, dsp_last_error());
+        return NULL;
+    }
+    return m;
+}
+
+/* DSP_TEST_BACKEND=cuda: run the test's forwards on the GPU (it then skips, exit 77, without one) */
+static inline bool dsp_test_wants_cuda(void) {
+    const char *b = getenv("DSP_TEST_BACKEND");
+    return b && !strcmp(b, "cuda");
+}
+
 #endif

@@ -1,4 +1,5 @@
-/* golden_check FIXTURE.json MODEL.gguf [--tol T] [--threads N]
+/* golden_check FIXTURE.json MODEL.gguf [--tol T] [--threads N] [--backend cpu|cuda] [--kv-type f16|bf16]
+ * golden_check --probe-cuda      exit 0 if the CUDA backend can run here, 77 (and a SKIP line) if not
  *
  * Compares dspark's forward pass with a Hugging Face transformers golden fixture
  * (tests/fixtures/golden/README.md), for every prompt of the fixture:
@@ -8,7 +9,8 @@
  *   2. free-running greedy decoding (one token per forward, the KV-cached path): our tokens must
  *      equal HF's up to the first step whose margin is <= 2T (after a legitimate near-tie flip the
  *      continuations differ and are not compared).
- * Prints one line per prompt and a summary with the largest deviation; exit 1 on any failure.
+ * Prints one line per prompt and a summary with the largest deviation; exit 1 on any failure,
+ * 77 when --backend cuda finds no GPU.
  * Driven by tests/py/test_golden.py (which makes the tiny models first). */
 #include "model/forward.h"
 
@@ -33,14 +35,27 @@ static int argmax(const float *x, int n) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--probe-cuda")) { /* exit 0 if the CUDA backend can run here, else 77 */
+        dsp_backend_params bp = {.kind = DSP_BACKEND_CUDA};
+        dsp_backend *be = NULL;
+        if (dsp_backend_create(&bp, &be)) {
+            printf("SKIP: %s\n", dsp_last_error());
+            return 77;
+        }
+        dsp_backend_destroy(be);
+        return 0;
+    }
     if (argc < 3) {
         fprintf(stderr, "usage: golden_check FIXTURE.json MODEL.gguf [--tol T] [--threads N]\n");
         return 2;
     }
     double tol = 5e-4; /* 3x the HF cached-vs-uncached noise of the fixtures (1.6e-4) */
     int threads = 2, max_prompt = 1 << 30;
+    dsp_backend_params bp = {.kind = DSP_BACKEND_CPU};
     for (int i = 3; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--tol")) tol = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--backend")) bp.kind = !strcmp(argv[i + 1], "cuda") ? DSP_BACKEND_CUDA : DSP_BACKEND_CPU;
+        else if (!strcmp(argv[i], "--kv-type")) bp.kv_type = !strcmp(argv[i + 1], "bf16") ? DSP_BF16 : DSP_F16;
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--max-prompt-tokens")) max_prompt = atoi(argv[i + 1]); /* skip longer prompts */
     }
@@ -65,6 +80,13 @@ int main(int argc, char **argv) {
     }
     dsp_fwd_params fp = dsp_fwd_default_params();
     fp.n_threads = threads;
+    if (bp.kind == DSP_BACKEND_CUDA) {
+        if (dsp_backend_create(&bp, &fp.backend)) {
+            printf("SKIP: %s\n", dsp_last_error());
+            return 77;
+        }
+        printf("backend: %s\n", fp.backend->desc);
+    }
     fp.n_ctx = (uint32_t)(max_len + 16);
     fp.max_batch_tokens = max_len + 16;
     dsp_fwd *f;
@@ -145,6 +167,7 @@ int main(int argc, char **argv) {
     printf("%s: %zu prompts, %d failed, worst |dlogit| %.3e (tolerance %.1e)\n", argv[1], json_array_size(prompts), fails, worst, tol);
     free(ids), free(seq), free(pos), free(rows), free(logits);
     dsp_fwd_destroy(f);
+    dsp_backend_destroy(fp.backend);
     dsp_model_destroy(m);
     json_decref(fx);
     return fails ? 1 : 0;

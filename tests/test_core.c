@@ -1,11 +1,15 @@
-/* Unit tests for core/: status messages, arena, dtype table and f16/bf16 conversion. */
+/* Unit tests for core/: status messages, arena, dtype table, f16/bf16 conversion, UTF-8, files. */
 #include "dsp_test.h"
 
 #include "core/arena.h"
 #include "core/dtype.h"
+#include "core/file.h"
 #include "core/status.h"
+#include "core/utf8.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <unistd.h>
 
 static void test_status(void) {
     CHECK_EQ_INT(dsp_error(DSP_ERR_FORMAT, "tensor '%s': bad", "x"), DSP_ERR_FORMAT);
@@ -54,10 +58,210 @@ static void test_f16(void) {
     CHECK(dsp_bf16_to_f32(0x3f80) == 1.0f);
 }
 
+/* The RFC 3629 definition, written out independently of core/utf8.c: decode the bits the lead
+ * byte announces, then check continuation bytes, the shortest form, surrogates and the range. */
+static size_t ref_seq(const uint8_t *s, size_t n) {
+    uint8_t c = s[0];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (!len || len > n) return 0;
+    uint32_t cp = len == 1 ? c : c & (0xFFu >> (len + 1));
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] >> 6) != 2) return 0;
+        cp = cp << 6 | (s[i] & 0x3F);
+    }
+    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+static bool ref_valid(const uint8_t *s, size_t n) {
+    for (size_t i = 0, l; i < n; i += l)
+        if (!(l = ref_seq(s + i, n - i))) return false;
+    return true;
+}
+
+static void test_utf8_strict(void) {
+    /* every 1-, 2- and 3-byte string, and 4-byte ones (the last byte a continuation byte or not) */
+    int bad = 0;
+    uint8_t b[4];
+    for (uint32_t x = 0; x < (1u << 24); x++) {
+        b[0] = (uint8_t)(x >> 16), b[1] = (uint8_t)(x >> 8), b[2] = (uint8_t)x;
+        b[3] = (x & 1) ? 0x7F : 0x80;
+        for (size_t n = 1; n <= 4; n++) {
+            if ((n == 1 && (x & 0xFFFF)) || (n == 2 && (x & 0xFF))) continue; /* seen already */
+            size_t want = ref_seq(b, n), got = dsp_utf8_seq(b, n);
+            bool vwant = ref_valid(b, n), vgot = dsp_utf8_valid(b, n);
+            if (want != got || vwant != vgot) {
+                if (bad++ < 5)
+                    fprintf(stderr, "%02x %02x %02x %02x n=%zu: seq %zu (want %zu), valid %d (want %d)\n",
+                            b[0], b[1], b[2], b[3], n, got, want, vgot, vwant);
+            }
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    /* named cases: overlongs, surrogates, above U+10FFFF, truncation, stray continuation bytes */
+    const struct { const char *s; size_t seq; } cases[] = {
+        {"A", 1}, {"\xC3\xA9", 2}, {"\xE2\x82\xAC", 3}, {"\xF0\x9F\x99\x82", 4}, {"\xF4\x8F\xBF\xBF", 4},
+        {"\xC0\xAF", 0}, {"\xC1\xBF", 0}, {"\xE0\x80\xAF", 0}, {"\xE0\x9F\xBF", 0}, {"\xF0\x8F\xBF\xBF", 0},
+        {"\xED\xA0\x80", 0}, {"\xED\xBF\xBF", 0}, {"\xED\x9F\xBF", 3}, {"\xEE\x80\x80", 3},
+        {"\xF4\x90\x80\x80", 0}, {"\xF5\x80\x80\x80", 0}, {"\xFF", 0}, {"\x80", 0}, {"\xBF", 0},
+        {"\xE2\x82", 0}, {"\xF0\x9F\x99", 0}, {"\xC3", 0}, {"\xE2\x28\xA1", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = strlen(cases[i].s);
+        CHECK_MSG(dsp_utf8_seq(cases[i].s, n) == cases[i].seq, "case %zu", i);
+        CHECK_MSG(dsp_utf8_valid(cases[i].s, n) == (cases[i].seq == n), "case %zu", i);
+    }
+    CHECK(dsp_utf8_seq("", 0) == 0);
+    CHECK(dsp_utf8_valid("", 0));
+    CHECK(!dsp_utf8_valid("ab\xC3", 3));    /* truncated at the end */
+    CHECK(!dsp_utf8_valid("a\xC3" "b", 3)); /* bad continuation */
+}
+
+static void test_utf8_codec(void) {
+    /* encode -> decode -> seq round trip over every scalar value */
+    int bad = 0;
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        char o[4];
+        size_t l = dsp_utf8_encode(cp, o), dl = 0;
+        size_t want = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+        if (l != want || dsp_utf8_len((uint8_t)o[0]) != l || dsp_utf8_seq(o, l) != l ||
+            dsp_utf8_decode(o, l, &dl) != cp || dl != l || dsp_utf8_count(o, l) != 1 || dsp_utf8_prev(o, l) != 0)
+            bad++;
+        if (l > 1 && dsp_utf8_decode(o, l - 1, &dl) != DSP_UTF8_BAD) bad++; /* truncated */
+    }
+    CHECK_EQ_INT(bad, 0);
+    size_t dl = 9;
+    CHECK(dsp_utf8_decode("", 0, &dl) == DSP_UTF8_BAD && dl == 0);
+    const char *s = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x99\x82z"; /* a é € 🙂 z */
+    size_t n = strlen(s);
+    CHECK_EQ_INT(dsp_utf8_count(s, n), 5);
+    CHECK_EQ_INT(dsp_utf8_prev(s, n), n - 1);
+    CHECK_EQ_INT(dsp_utf8_prev(s, n - 1), 6);
+    CHECK_EQ_INT(dsp_utf8_prev(s, 6), 3);
+    CHECK_EQ_INT(dsp_utf8_prev(s, 3), 1);
+    CHECK_EQ_INT(dsp_utf8_prev(s, 1), 0);
+    CHECK_EQ_INT(dsp_utf8_prev(s, 0), 0);
+    CHECK_EQ_INT(dsp_utf8_prev("\x80\x80", 2), 0); /* only continuation bytes: stays in bounds */
+}
+
+static void test_utf8_lossy(void) {
+    struct {
+        const char *in;
+        size_t n;
+        const char *out;
+    } cases[] = {
+        {"abc", 3, "abc"},
+        {"\xE6\x97", 2, "\xEF\xBF\xBD"},
+        {"\xE6\x97" "a", 3, "\xEF\xBF\xBD" "a"},
+        {"\xED\xA0\x80", 3, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* surrogate: 3 replacements, like Python */
+        {"\xF0\x9F\xA6\x99", 4, "\xF0\x9F\xA6\x99"},
+        {"\xF0\x9F\xA6", 3, "\xEF\xBF\xBD"},
+        {"\xC0\xAF", 2, "\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xF4\x90\x80\x80", 4, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xE2\x28\xA1", 3, "\xEF\xBF\xBD(\xEF\xBF\xBD"},
+        {"\xFF", 1, "\xEF\xBF\xBD"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t out[64];
+        dsp_utf8_state st;
+        memset(&st, 0, sizeof st);
+        size_t o = dsp_utf8_feed(&st, (const uint8_t *)cases[i].in, cases[i].n, out);
+        o += dsp_utf8_finish(&st, out + o);
+        out[o] = 0;
+        CHECK_MSG(!strcmp((char *)out, cases[i].out), "case %zu", i);
+        /* byte at a time gives the same */
+        memset(&st, 0, sizeof st);
+        size_t o2 = 0;
+        uint8_t out2[64];
+        for (size_t k = 0; k < cases[i].n; k++) o2 += dsp_utf8_feed(&st, (const uint8_t *)cases[i].in + k, 1, out2 + o2);
+        o2 += dsp_utf8_finish(&st, out2 + o2);
+        CHECK(o2 == o && !memcmp(out, out2, o));
+        CHECK_EQ_INT(dsp_utf8_valid((const uint8_t *)cases[i].in, cases[i].n), !strcmp(cases[i].in, cases[i].out));
+    }
+}
+
+static void test_utf8_sanitize(void) {
+    size_t n = 0;
+    char *t = dsp_utf8_sanitize("a\xE2\x82" "b\xFF", 5, &n);
+    CHECK(t && n == 8 && !memcmp(t, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD", 8) && t[n] == 0);
+    free(t);
+    t = dsp_utf8_sanitize("", 0, &n);
+    CHECK(t && n == 0 && t[0] == 0);
+    free(t);
+}
+
+static void write_file(const char *path, const char *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK(fwrite(data, 1, n, f) == n);
+    fclose(f);
+}
+
+static void test_file_read(void) {
+    char path[] = "/tmp/dsp_test_core_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    char *buf = NULL;
+    size_t len = 99;
+    /* empty file */
+    CHECK_EQ_INT(dsp_file_read(path, 10, &buf, &len), DSP_OK);
+    CHECK(buf && len == 0 && buf[0] == 0);
+    free(buf);
+    /* data with a NUL, exactly at the limit */
+    write_file(path, "ab\0cd", 5);
+    CHECK_EQ_INT(dsp_file_read(path, 5, &buf, &len), DSP_OK);
+    CHECK(buf && len == 5 && !memcmp(buf, "ab\0cd", 6));
+    free(buf);
+    /* one byte over the limit */
+    CHECK_EQ_INT(dsp_file_read(path, 4, &buf, &len), DSP_ERR_RANGE);
+    CHECK(buf == NULL && len == 0);
+    CHECK(strstr(dsp_last_error(), path) && strstr(dsp_last_error(), "larger than 4 bytes"));
+    /* larger than the first buffer: grows */
+    size_t big = 100000;
+    char *data = malloc(big);
+    for (size_t i = 0; i < big; i++) data[i] = (char)('a' + i % 26);
+    write_file(path, data, big);
+    CHECK_EQ_INT(dsp_file_read(path, big, &buf, NULL), DSP_OK);
+    CHECK(buf && !memcmp(buf, data, big) && buf[big] == 0);
+    free(buf);
+    CHECK_EQ_INT(dsp_file_read(path, big - 1, &buf, NULL), DSP_ERR_RANGE);
+    /* "-" reads standard input (here: a pipe) */
+    int p[2];
+    CHECK(pipe(p) == 0);
+    int saved = dup(0);
+    CHECK(write(p[1], "piped", 5) == 5);
+    close(p[1]);
+    dup2(p[0], 0);
+    close(p[0]);
+    clearerr(stdin);
+    CHECK_EQ_INT(dsp_file_read("-", 100, &buf, &len), DSP_OK);
+    CHECK(buf && len == 5 && !strcmp(buf, "piped"));
+    free(buf);
+    dup2(saved, 0);
+    close(saved);
+    clearerr(stdin);
+    free(data);
+    /* a missing file names the path and the reason */
+    unlink(path);
+    CHECK_EQ_INT(dsp_file_read(path, 10, &buf, &len), DSP_ERR_IO);
+    CHECK(buf == NULL && strstr(dsp_last_error(), path) && strstr(dsp_last_error(), "No such file"));
+    CHECK_EQ_INT(dsp_file_read("/", 10, &buf, &len), DSP_ERR_IO); /* a directory: read error */
+}
+
 int main(void) {
     DSP_RUN(test_status);
     DSP_RUN(test_arena);
     DSP_RUN(test_dtype);
     DSP_RUN(test_f16);
+    DSP_RUN(test_utf8_strict);
+    DSP_RUN(test_utf8_codec);
+    DSP_RUN(test_utf8_lossy);
+    DSP_RUN(test_utf8_sanitize);
+    DSP_RUN(test_file_read);
     return dsp_test_summary();
 }

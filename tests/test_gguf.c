@@ -6,6 +6,7 @@
  * hand-made corrupt ones as a fuzzing seed corpus (scripts/fuzz). */
 /* ctest-label: unit */
 #include "dsp_test.h"
+#include "gguf_build.h"
 #include "gguf_walk.h"
 
 #include "core/dtype.h"
@@ -13,64 +14,6 @@
 #include "io/gguf.h"
 
 #include <errno.h>
-
-/* ---- a little byte builder ----------------------------------------------------------------- */
-
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *d, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n) cap *= 2;
-        uint8_t *q = realloc(b->p, cap);
-        if (!q) abort();
-        b->p = q;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-static void u8_(buf *b, uint8_t v) { put(b, &v, 1); }
-static void u16_(buf *b, uint16_t v) { put(b, &v, 2); } /* the host is little-endian (x86-64) */
-static void u32_(buf *b, uint32_t v) { put(b, &v, 4); }
-static void u64_(buf *b, uint64_t v) { put(b, &v, 8); }
-static void f32_(buf *b, float v) { put(b, &v, 4); }
-static void f64_(buf *b, double v) { put(b, &v, 8); }
-static void str_(buf *b, const char *s) {
-    u64_(b, strlen(s));
-    put(b, s, strlen(s));
-}
-static void zeros(buf *b, size_t n) {
-    for (size_t i = 0; i < n; i++) u8_(b, 0);
-}
-static void pad_to(buf *b, size_t align) {
-    while (b->n % align) u8_(b, 0);
-}
-static void hdr(buf *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
-    put(b, "GGUF", 4);
-    u32_(b, version);
-    u64_(b, n_tensors);
-    u64_(b, n_kv);
-}
-static void key(buf *b, const char *k, uint32_t type) {
-    str_(b, k);
-    u32_(b, type);
-}
-static void arr_hdr(buf *b, uint32_t elem_type, uint64_t n) {
-    u32_(b, elem_type);
-    u64_(b, n);
-}
-static void tinfo(buf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type, uint64_t offset) {
-    str_(b, name);
-    u32_(b, n_dims);
-    for (uint32_t d = 0; d < n_dims; d++) u64_(b, ne[d]);
-    u32_(b, type);
-    u64_(b, offset);
-}
-static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* ---- the valid file ------------------------------------------------------------------------ */
 
@@ -504,13 +447,25 @@ static void free_cases(void) {
 }
 
 /* --write-seeds DIR: the valid files and the hand-made corrupt ones, for scripts/fuzz */
+/* a model small enough for the fuzzer's length limit (4 KiB): 1 layer, width 8, 2 heads of 4 */
+static buf build_model_seed(const char *arch) {
+    static gb_model m;
+    gb_model_init(&m, arch);
+    m.hp[GB_EMBD] = 8, m.hp[GB_LAYERS] = 1, m.hp[GB_HEADS] = 2, m.hp[GB_HEADS_KV] = 1, m.hp[GB_FF] = 8;
+    m.n_vocab = 4;
+    gb_model_tensors(&m);
+    return gb_model_write(&m, 1 << 20);
+}
+
 static int write_seeds(const char *dir) {
     char path[4096];
     int n = 0;
-    buf valid[3] = {build_valid(3, 0), build_valid(2, 64), build_valid(3, 1)};
+    enum { N_VALID = 6 };
+    buf valid[N_VALID] = {build_valid(3, 0), build_valid(2, 64), build_valid(3, 1),
+                          build_model_seed("llama"), build_model_seed("qwen2"), build_model_seed("qwen3")};
     build_bad_cases();
-    for (int i = 0; i < 3 + g_ncases; i++) {
-        const buf *b = i < 3 ? &valid[i] : &g_cases[i - 3].b;
+    for (int i = 0; i < N_VALID + g_ncases; i++) {
+        const buf *b = i < N_VALID ? &valid[i] : &g_cases[i - N_VALID].b;
         snprintf(path, sizeof path, "%s/seed-%03d.gguf", dir, i);
         FILE *f = fopen(path, "wb");
         if (!f || fwrite(b->p, 1, b->n, f) != b->n || fclose(f) != 0) {
@@ -519,7 +474,7 @@ static int write_seeds(const char *dir) {
         }
         n++;
     }
-    for (int i = 0; i < 3; i++) free(valid[i].p);
+    for (int i = 0; i < N_VALID; i++) free(valid[i].p);
     free_cases();
     fprintf(stderr, "test_gguf: wrote %d seeds to %s\n", n, dir);
     return 0;

@@ -24,10 +24,13 @@
  *         through {1, 2, 3, 4, 8, 16} (each value is used on ~15 prompt/penalty pairs), 16 tokens;
  *         the stop cases at max_draft 2 and 16; each sampling configuration on 1-2 prompts;
  *   full: the complete cross products, 24 tokens (run before merging a change to spec/ or engine/).
- * DSP_SPEC_TEST_TOKENS overrides the generation length. */
+ * DSP_SPEC_TEST_TOKENS overrides the generation length. DSP_TEST_BACKEND=cuda runs the engine on the
+ * GPU (CTest: test_spec_e2e_cuda, label gpu, skipped without one); DSP_TEST_MODEL=FILE another
+ * model (a random-weight model of the default model's shape on a lent GPU machine). */
 /* ctest-label: e2e */
 #include "dsp_test.h"
 
+#include "backend/backend.h"
 #include "dspark.h"
 #include "engine/engine.h"
 #include "model/forward.h"
@@ -43,6 +46,7 @@ static dsp_engine *g_e;  /* no prefix cache: every run prefills */
 static dsp_engine *g_pc; /* with the prefix cache: what a run leaves behind */
 static int g_tokens = 16;
 static bool g_full = false;
+static bool g_cuda = false; /* DSP_TEST_BACKEND=cuda: the engine (and the reference forward) on the GPU */
 
 #define CHAT(u) "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n" u "<|im_end|>\n<|im_start|>assistant\n"
 
@@ -423,7 +427,7 @@ static void test_taps_drafter(void) {
     x.base.ops = &td_ops;
     x.base.n_taps = 1;
     x.base.tap_layers[0] = 3;
-    x.E = 576; /* SmolLM2-135M n_embd */
+    x.E = g_m->hp.n_embd;
     dsp_lookup_params lp = {2, 4, 8, dsp_engine_n_ctx(g_e), false};
     CHECK(dsp_lookup_create(&lp, &x.lk) == DSP_OK);
     x.seen = calloc((size_t)512 * (size_t)x.E, sizeof(float));
@@ -452,6 +456,8 @@ static void test_taps_drafter(void) {
     fp.max_batch_tokens = total;
     fp.max_taps = 1;
     fp.n_ctx = 512;
+    dsp_backend_params bp = {.kind = g_cuda ? DSP_BACKEND_CUDA : DSP_BACKEND_CPU, .n_threads = 1};
+    CHECK(dsp_backend_create(&bp, &fp.backend) == DSP_OK); /* the engine's kind of backend: the same arithmetic */
     dsp_fwd *f = NULL;
     CHECK(dsp_fwd_create(g_m, &fp, &f) == DSP_OK);
     float *ref = malloc(sizeof(float) * (size_t)total * (size_t)x.E);
@@ -467,6 +473,7 @@ static void test_taps_drafter(void) {
     CHECK_MSG(mismatched == 0, "%d of %u tap rows differ from a direct forward", mismatched, x.next_pos);
     dsp_kv_seq_free(dsp_fwd_kv(f), &kv);
     dsp_fwd_destroy(f);
+    dsp_backend_destroy(fp.backend);
     free(ref);
     free(x.seen);
     dsp_drafter_destroy(x.lk);
@@ -492,8 +499,15 @@ int main(void) {
     if (lv && !strcmp(lv, "full")) g_full = true, g_tokens = 24;
     const char *nt = getenv("DSP_SPEC_TEST_TOKENS");
     if (nt && atoi(nt) > 0) g_tokens = atoi(nt);
-    if (!(g_m = dsp_test_load_default_model())) return 0;
+    g_cuda = dsp_test_wants_cuda();
+    if (g_cuda && !dsp_backend_cuda_available()) {
+        printf("SKIP: DSP_TEST_BACKEND=cuda but no usable CUDA device\n");
+        return 77;
+    }
+    bool is_default;
+    if (!(g_m = dsp_test_load_model(&is_default))) return getenv("DSP_TEST_MODEL") ? 1 : g_cuda ? 77 : 0;
     dsp_engine_params ep = dsp_engine_default_params();
+    ep.device = g_cuda ? DSP_DEVICE_CUDA : DSP_DEVICE_CPU;
     ep.n_ctx = 512;
     ep.n_threads = 2;
     ep.max_batch = 1;

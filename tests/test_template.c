@@ -1,7 +1,7 @@
 /* tests/test_template: the chat template interpreter on expressions, whitespace control, errors
  * and limits (the jinja2 oracle comparison on real templates is tests/py/test_template.py). */
 #include "dsp_test.h"
-#include "tok/template.h"
+#include "template/template.h"
 
 #include <jansson.h>
 
@@ -228,6 +228,19 @@ static void test_truncations(void) {
     free(full);
 }
 
+/* range() near the ends of int64: the length and every element exactly as Python computes them
+ * (the element index times the step used to overflow) */
+static void test_range_extremes(void) {
+    CHECK_RENDER("{{ range(-9223372036854775807 - 1, 9223372036854775807, 4611686018427387904)|list }}", NULL,
+                 "[-9223372036854775808, -4611686018427387904, 0, 4611686018427387904]");
+    CHECK_RENDER("{{ range(9223372036854775807, -9223372036854775807 - 1, -4611686018427387904)|list }}", NULL,
+                 "[9223372036854775807, 4611686018427387903, -1, -4611686018427387905]");
+    CHECK_RENDER("{{ range(0, 9223372036854775807, 3074457345618258602)|list }}", NULL,
+                 "[0, 3074457345618258602, 6148914691236517204, 9223372036854775806]");
+    CHECK_RENDER("{{ range(5, 0, -9223372036854775807 - 1)|list }}|{{ range(3, 3)|list }}|{{ range(-3)|list }}", NULL, "[5]|[]|[]");
+    CHECK_FAILS("{{ range(-9223372036854775807 - 1, 9223372036854775807) }}", NULL, "MAX_RANGE");
+}
+
 int main(void) {
     DSP_RUN(test_expressions);
     DSP_RUN(test_filters_tests);
@@ -236,5 +249,6 @@ int main(void) {
     DSP_RUN(test_errors);
     DSP_RUN(test_limits);
     DSP_RUN(test_truncations);
+    DSP_RUN(test_range_extremes);
     return dsp_test_summary();
 }

@@ -204,9 +204,12 @@ def check_zlab_against_generate(target, drafter, prompt_ids: list[int], rounds: 
     block was full (it shrinks the block near max_new_tokens; this script never does)."""
     import torch
     import dflash.model as dm
-    dm._cuda_time = time.perf_counter  # its timer calls torch.cuda.synchronize(); CPU run here
-    res = dm.dflash_generate(drafter, target, torch.tensor([prompt_ids]), MAX_NEW, STOP_IDS,
-                             return_stats=True)
+    cuda_time, dm._cuda_time = dm._cuda_time, time.perf_counter  # it calls torch.cuda.synchronize()
+    try:
+        res = dm.dflash_generate(drafter, target, torch.tensor([prompt_ids]), MAX_NEW, STOP_IDS,
+                                 return_stats=True)
+    finally:
+        dm._cuda_time = cuda_time
     n_in = len(prompt_ids)
     for i, (got, ref) in enumerate(zip(rounds, res.acceptance_lengths)):
         if got["pos"] + drafter.block_size > n_in + MAX_NEW:
@@ -325,8 +328,7 @@ def deepspec_from_modelopt(ds, modelopt_dir: str, target) -> object:
         ren[k] = v
     ren["embed_tokens.weight"] = target.model.embed_tokens.weight.detach().clone()
     ren["lm_head.weight"] = target.lm_head.weight.detach().clone()
-    missing, unexpected = model.load_state_dict(ren, strict=True), None
-    del missing, unexpected
+    model.load_state_dict(ren, strict=True)
     return model.to(torch.float32).eval()
 
 

@@ -98,32 +98,20 @@ def _f32(a) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
+TARGET_SPEC = dict(arch="qwen3", seed=TARGET_SEED, vocab=VOCAB, dim=H, n_layers=N_LAYERS, n_heads=N_HEADS,
+                   n_kv_heads=N_KV, head_dim=HD, ffn=FFN, tied=False,
+                   out_gain=0.15)  # residual-branch gain: the model stays close to a bigram model
+
+
 def target_weights() -> dict[str, np.ndarray]:
-    """HF Qwen3ForCausalLM state dict (float32)."""
-    r = mtm._Rng(TARGET_SEED)
-    g = 0.15  # residual-branch gain: the model stays close to a bigram model
-    w: dict[str, np.ndarray] = {}
-    emb = r.uniform((VOCAB, H), K)
+    """HF Qwen3ForCausalLM state dict (float32): make_tiny_models' random weights for TARGET_SPEC,
+    plus the two flag columns of the embedding and a zero lm_head row for the mask token."""
+    w = mtm._raw_hf_weights(TARGET_SPEC)
+    emb = w["model.embed_tokens.weight"]
     emb[:, FLAG_REAL] = 2.0
     emb[:, FLAG_MASK] = 0.0
     emb[MASK_ID, FLAG_REAL] = 0.0
     emb[MASK_ID, FLAG_MASK] = 6.0
-    w["model.embed_tokens.weight"] = emb
-    for i in range(N_LAYERS):
-        p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = r.uniform((H,), 0.2, 1.0)
-        w[p + "self_attn.q_proj.weight"] = r.uniform((N_HEADS * HD, H), K / math.sqrt(H))
-        w[p + "self_attn.k_proj.weight"] = r.uniform((N_KV * HD, H), K / math.sqrt(H))
-        w[p + "self_attn.v_proj.weight"] = r.uniform((N_KV * HD, H), K / math.sqrt(H))
-        w[p + "self_attn.q_norm.weight"] = r.uniform((HD,), 0.3, 1.0)
-        w[p + "self_attn.k_norm.weight"] = r.uniform((HD,), 0.3, 1.0)
-        w[p + "self_attn.o_proj.weight"] = r.uniform((H, N_HEADS * HD), g * K / math.sqrt(N_HEADS * HD))
-        w[p + "post_attention_layernorm.weight"] = r.uniform((H,), 0.2, 1.0)
-        w[p + "mlp.gate_proj.weight"] = r.uniform((FFN, H), K / math.sqrt(H))
-        w[p + "mlp.up_proj.weight"] = r.uniform((FFN, H), K / math.sqrt(H))
-        w[p + "mlp.down_proj.weight"] = r.uniform((H, FFN), g * K / math.sqrt(FFN))
-    w["model.norm.weight"] = r.uniform((H,), 0.2, 1.0)
-    w["lm_head.weight"] = r.uniform((VOCAB, H), 2.0 * K / math.sqrt(H))
     w["lm_head.weight"][MASK_ID] = 0.0  # the mask token is never a likely next token
     return {k: _f32(v) for k, v in w.items()}
 

@@ -23,7 +23,7 @@ dsp_status dsp_backend_cuda_create(const dsp_backend_params *p, dsp_backend **ou
 #endif
 
 dsp_status dsp_backend_create(const dsp_backend_params *p, dsp_backend **out) {
-    dsp_backend_params d = {DSP_BACKEND_AUTO, 0, 0, false};
+    dsp_backend_params d = {.kind = DSP_BACKEND_AUTO};
     if (!p) p = &d;
     switch (p->kind) {
     case DSP_BACKEND_CPU: return dsp_backend_cpu_create(p, out);

@@ -48,6 +48,8 @@ typedef struct dsp_backend_params {
     int n_threads;          /* CPU worker threads including the caller; 0 = physical cores */
     int gpu;                /* CUDA device index */
     bool progress;          /* weight upload progress on stderr */
+    int kv_type;            /* K/V element type in the store (dsp_dtype): 0 = the backend's default (CPU F32,
+                             * CUDA F16); CUDA takes DSP_F16 or DSP_BF16 (--kv-type) */
 } dsp_backend_params;
 
 /* One forward's rows (host memory, valid from begin to end). */
@@ -137,6 +139,24 @@ typedef struct dsp_backend_ops {
     /* dst[r * dst_ld + dst_col + c] = src[r * src_ld + src_col + c], r < n_rows, c < width */
     void (*copy_rows)(dsp_backend *be, dsp_buf *dst, size_t dst_ld, size_t dst_col, const dsp_buf *src, size_t src_ld,
                       size_t src_col, int n_rows, size_t width);
+
+    /* ---- optional (NULL where a backend lacks them) ---- */
+    /* Before uploading a model: can these n tensors (plus extra_bytes of KV cache and scratch) run
+     * here and fit? DSP_ERR_UNSUPPORTED names the first tensor whose type cannot run here,
+     * DSP_ERR_NOMEM says what the model needs and what the device has free. Allocates nothing. */
+    dsp_status (*check_weights)(dsp_backend *be, const dsp_tensor *const *t, int n, uint64_t extra_bytes);
+    /* Logits processing on the device, so greedy decoding need not download vocabulary rows. Both
+     * read rows [0, n_rows) of n_vocab logits, may be called inside a forward (after the matmul that
+     * writes them: what is recorded runs first) or after end(), and complete before returning.
+     * argmax: out[r] = first index of the row's maximum. top_logprobs: the k (<= 64) largest
+     * logits of each row, descending (ties: lower id first), as ids[r * k + j] and their
+     * log-softmax values lp[r * k + j]; lse[r] (may be NULL) = the row's log-sum-exp. */
+    dsp_status (*argmax)(dsp_backend *be, const dsp_buf *logits, int n_rows, int n_vocab, int32_t *out);
+    dsp_status (*top_logprobs)(dsp_backend *be, const dsp_buf *logits, int n_rows, int n_vocab, int k, int32_t *ids,
+                               float *lp, float *lse);
+    /* Measured read bandwidth of the device's memory in GB/s: a streaming read of `bytes` (median of
+     * 5 runs), for benchmarks' roofline figures; 0 if it could not be measured. */
+    double (*read_bandwidth)(dsp_backend *be, size_t bytes);
 } dsp_backend_ops;
 
 struct dsp_backend {

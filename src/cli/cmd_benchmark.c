@@ -3,12 +3,21 @@
  * After a warm-up, each figure is the median over --repeat runs:
  *   prefill   one forward of a 512-token prompt (tok/s);
  *   decode    dsp_generate of 128 tokens after a short prompt, through the public API, with the
- *             --mode/--max-draft given (tok/s, and the speculation statistics);
- *   verify    one forward of 1+k tokens of one sequence after a 128-token prefix, k = 0..16, with
- *             logits for every row (what verifying k drafted tokens costs), relative to k = 0.
- * Stamped with the CPU, the kernel ISA in use, threads, git commit, peak RSS, the memory bandwidth
- * of a built-in streaming read test and the decode roofline: bytes of weights one decode step
- * reads / bandwidth. --json prints one object (schema "dspark.benchmark/1").
+ *             --mode/--max-draft given (tok/s, and the speculation statistics; a speculative mode
+ *             alternates with baseline runs: speedup in the same run, accepted-length histogram,
+ *             drafts verified per round, drafter and verify time per round, the cost profile);
+ *   forward decode  128 greedy steps of one-token forwards after a 128-token prefix, the argmax
+ *             taken on the backend (what the engine's rounds cost without the engine);
+ *   verify    one forward of 1+k tokens of one sequence after a 128-token prefix, k = 0..32, with
+ *             logits for every row (what verifying k drafted tokens costs), relative to k = 0;
+ *   batched   B independent sequences (128-token prefixes) decoding one token each per forward,
+ *             B = 1, 2, 4, .. 32: total tok/s.
+ * --backend cpu|cuda|auto chooses where everything runs (--gpu N; --kv-type f16|bf16 for the CUDA
+ * forward figures: the engine keeps the backend's default until its params carry a K/V type).
+ * Stamped with the CPU (and GPU), the kernel ISA in use, threads, git commit, peak RSS, the memory
+ * bandwidth of a streaming read test (of device memory for CUDA) and the decode roofline: bytes one
+ * decode step reads (weights + the K/V of the context) / bandwidth. --json prints one object
+ * (schema "dspark.benchmark/1").
  *
  * The decode measurement is deliberately small: the speculative work extends it (e.g. --prompts
  * DIR for prompt sets); prefill and verify use the forward pass directly, so they measure the
@@ -31,13 +40,16 @@
 #define PREFILL_TOKENS 512
 #define DECODE_TOKENS 128
 #define VERIFY_PREFIX 128
-#define VERIFY_MAX_K 16
+#define VERIFY_MAX_K 32
+#define BATCH_MAX 32   /* sequences of the batched-decode figure */
+#define BATCH_STEPS 32 /* decode steps per sequence in it */
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dspark benchmark -m MODEL [options]\n\n"
-            "Measures prefill (512-token prompt), decode (128 tokens) and the verify cost curve (one\n"
-            "forward of 1+k tokens, k = 0..16) after a warm-up; reports medians over the repeats, peak\n"
+            "Measures prefill (512-token prompt), decode (128 tokens), the verify cost curve (one\n"
+            "forward of 1+k tokens, k = 0..32) and batched decode (1..32 sequences) after a warm-up;\n"
+            "reports medians over the repeats, peak\n"
             "RSS, memory bandwidth and the decode roofline.\n\n"
             "  -m, --model PATH     GGUF model file\n"
             "  -t, --threads N      threads (default: physical cores)\n"
@@ -48,9 +60,13 @@ static void usage(FILE *f) {
             "                       verified per round, drafter and verify time per round\n"
             "      --draft-model D  a DFlash/DSpark drafter for the model (directory or repo id)\n"
             "      --max-draft N|auto, --dspark-threshold T, --dspark-cumulative T, --hybrid-min N,\n"
-            "      --draft-argmax, --lookup-min N, --lookup-max N   as for dspark generate (see its -h)\n"
+            "      --draft-argmax, --lookup-min N, --lookup-max N   as for dspark generate (see its -h);\n"
+            "                       with --max-draft auto the cost profile is measured first and printed\n"
             "      --trace-rounds F one JSON line per speculation round of the measured decode runs\n"
-            "      --bw-mb N        buffer of the bandwidth test in MiB (default 1024; 0 = skip)\n"
+            "      --bw-mb N        buffer of the bandwidth test in MiB (default 1024, 4096 on a GPU; 0 = skip)\n"
+            "      --backend B      where the forward runs: auto|cpu|cuda (default auto: the GPU if present)\n"
+            "      --gpu N          CUDA device (default 0)\n"
+            "      --kv-type T      K/V element type on the GPU: f16|bf16 (default f16)\n"
             "      --json           print one JSON object\n"
             "  -h, --help           this help\n");
 }
@@ -163,11 +179,17 @@ static uint64_t weight_bytes_per_token(const dsp_model *m) {
     return b;
 }
 
+/* bytes of K and V a one-token forward at position pos reads (the store's 2 or 4 bytes a value) */
+static uint64_t kv_bytes_per_token(const dsp_model *m, uint32_t pos, int elem) {
+    return 2ull * (uint64_t)m->hp.n_layer * (uint64_t)(m->hp.n_head_kv * m->hp.head_dim) * pos * (uint64_t)elem;
+}
+
 /* ---- measurements ----------------------------------------------------------------------------- */
 
 typedef struct bench {
     dsp_fwd *f;
     int n_vocab;
+    int32_t am[BATCH_MAX];
     int32_t tokens[PREFILL_TOKENS], seq0[PREFILL_TOKENS], pos[PREFILL_TOKENS], rows[PREFILL_TOKENS];
     float *logits; /* (VERIFY_MAX_K + 1, n_vocab) */
 } bench;
@@ -184,6 +206,67 @@ static double forward_ms(bench *b, dsp_kv_seq *s, uint32_t start, int n, int n_l
     double ms = dsp_cli_now_ms() - t0;
     if (cpu_ms) *cpu_ms = (cpu_seconds() - c0) * 1e3;
     return st ? -1 : ms;
+}
+
+/* argmax of logits row 0 on the backend when it can (no download), else on the host */
+static int32_t next_token(bench *b, int row) {
+    dsp_backend *be = dsp_fwd_backend(b->f);
+    int32_t t = 0;
+    if (be->ops->argmax) {
+        if (be->ops->argmax(be, dsp_fwd_logits(b->f), row + 1, b->n_vocab, b->am) == DSP_OK) t = b->am[row];
+    } else if (be->ops->buf_read(be, dsp_fwd_logits(b->f), (size_t)row * b->n_vocab, b->logits, (size_t)b->n_vocab) == DSP_OK) {
+        for (int v = 1; v < b->n_vocab; v++)
+            if (b->logits[v] > b->logits[t]) t = v;
+    }
+    return t;
+}
+
+/* greedy decode of DECODE_TOKENS one-token forwards after VERIFY_PREFIX tokens: tok/s */
+static double forward_decode(bench *b, dsp_kv_seq *s) {
+    forward_ms(b, s, 0, VERIFY_PREFIX, 1, NULL);
+    int32_t tok = b->tokens[VERIFY_PREFIX - 1], seq = 0, row = 0;
+    double t0 = dsp_cli_now_ms();
+    for (int i = 0; i < DECODE_TOKENS; i++) {
+        int32_t pos = VERIFY_PREFIX + i;
+        dsp_batch bt = {1, &tok, &seq, &pos, 1, &row, 0, NULL};
+        dsp_kv_seq *seqs[1] = {s};
+        if (dsp_fwd_run(b->f, seqs, 1, &bt, NULL, NULL)) return -1;
+        tok = next_token(b, 0);
+    }
+    return DECODE_TOKENS / ((dsp_cli_now_ms() - t0) / 1e3);
+}
+
+/* n_seq sequences with VERIFY_PREFIX-token prefixes decode BATCH_STEPS tokens together: total tok/s */
+static double batched_decode(bench *b, int n_seq) {
+    dsp_kv_seq s[BATCH_MAX], *seqs[BATCH_MAX];
+    int32_t tok[BATCH_MAX], seq[BATCH_MAX], pos[BATCH_MAX], rows[BATCH_MAX];
+    double tps = -1;
+    int ok = 0;
+    for (; ok < n_seq; ok++) {
+        if (dsp_fwd_seq_init(b->f, &s[ok])) break;
+        seqs[ok] = &s[ok];
+        if (forward_ms(b, &s[ok], 0, VERIFY_PREFIX, 1, NULL) < 0) {
+            ok++;
+            break;
+        }
+    }
+    if (ok == n_seq) {
+        for (int i = 0; i < n_seq; i++) tok[i] = b->tokens[(VERIFY_PREFIX + i) % PREFILL_TOKENS], seq[i] = i, rows[i] = i;
+        double t0 = dsp_cli_now_ms();
+        int step = 0;
+        for (; step < BATCH_STEPS; step++) {
+            for (int i = 0; i < n_seq; i++) pos[i] = VERIFY_PREFIX + step;
+            dsp_batch bt = {n_seq, tok, seq, pos, n_seq, rows, 0, NULL};
+            if (dsp_fwd_run(b->f, seqs, n_seq, &bt, NULL, NULL)) break;
+            dsp_backend *be = dsp_fwd_backend(b->f);
+            if (be->ops->argmax ? be->ops->argmax(be, dsp_fwd_logits(b->f), n_seq, b->n_vocab, tok) != DSP_OK
+                                : be->ops->buf_read(be, dsp_fwd_logits(b->f), 0, b->logits, (size_t)b->n_vocab) != DSP_OK)
+                break;
+        }
+        if (step == BATCH_STEPS) tps = (double)n_seq * BATCH_STEPS / ((dsp_cli_now_ms() - t0) / 1e3);
+    }
+    for (int i = 0; i < ok; i++) dsp_kv_seq_free(dsp_fwd_kv(b->f), &s[i]);
+    return tps;
 }
 
 typedef struct dec_result {
@@ -206,12 +289,143 @@ static int decode_once(dsp_engine *c, const int32_t *prompt, size_t n_prompt, co
 static const char g_decode_prompt[] =
     "The history of the city of Rome begins with small settlements on the hills near the river Tiber. Over the centuries";
 
+/* What a speculative decode run reports beyond tok/s: baseline in the same run, the statistics
+ * summed over the measured runs, the drafter, the cost profile. */
+typedef struct spec_report {
+    bool spec;                 /* a mode other than baseline */
+    double base[64], ratio[64];
+    dsp_gen_result sum;
+    dsp_spec_mode resolved;
+    bool have_drafter, have_prof;
+    dsp_drafter_info di;
+    char dpath[512], dlayout[32], dkind[16];
+    dsp_spec_profile prof;
+} spec_report;
+
+static void add_stats(dsp_gen_result *sum, const dsp_gen_result *r) {
+    sum->n_rounds += r->n_rounds, sum->n_drafted += r->n_drafted, sum->n_accepted += r->n_accepted, sum->n_generated += r->n_generated;
+    sum->n_block_rounds += r->n_block_rounds, sum->draft_ms += r->draft_ms, sum->verify_ms += r->verify_ms;
+    for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) sum->accept_hist[k] += r->accept_hist[k];
+    for (int k = 0; k <= DSP_MAX_DRAFT; k++) sum->kept_hist[k] += r->kept_hist[k];
+}
+
+/* dsp_generate of DECODE_TOKENS after g_decode_prompt through the engine on bp's device, a warm-up
+ * and `repeat` runs; a speculative mode alternates with baseline runs (drifts in load hit both) */
+static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const char *draft_model, FILE *trace, const dsp_gen_params *gp, int repeat,
+                         double *dec, double *dec_cpu, dec_result *dr, spec_report *sr) {
+    dsp_engine_params cp = dsp_engine_default_params();
+    cp.device = bp->kind == DSP_BACKEND_CUDA ? DSP_DEVICE_CUDA : DSP_DEVICE_CPU;
+    cp.gpu = bp->gpu;
+    cp.n_threads = bp->n_threads;
+    cp.max_batch = 1;
+    cp.draft_model = draft_model;
+    dsp_engine *c = NULL;
+    int32_t *ids = NULL;
+    int rc = 1;
+    if (dsp_engine_create(m, &cp, &c)) {
+        dsp_cli_fail("benchmark", "%s", dsp_last_error());
+        return 1;
+    }
+    size_t n_ids = 0;
+    const dsp_tokenizer *tok = dsp_model_tokenizer(m);
+    dsp_tokenize(tok, g_decode_prompt, strlen(g_decode_prompt), DSP_TOKENIZE_ADD_SPECIAL, NULL, 0, &n_ids);
+    ids = malloc((n_ids ? n_ids : 1) * sizeof *ids);
+    if (!ids || dsp_tokenize(tok, g_decode_prompt, strlen(g_decode_prompt), DSP_TOKENIZE_ADD_SPECIAL, ids, n_ids, &n_ids)) {
+        dsp_cli_fail("benchmark", "tokenizing the decode prompt: %s", dsp_last_error());
+        goto out;
+    }
+    sr->spec = gp->mode != DSP_SPEC_BASELINE;
+    sr->resolved = dsp_engine_resolve_mode(c, gp->mode);
+    sr->have_prof = gp->max_draft == DSP_DRAFT_AUTO && !dsp_engine_profile(c, &sr->prof); /* before the timed runs */
+    if ((sr->have_drafter = dsp_engine_drafter_info(c, &sr->di))) { /* its strings live in the engine */
+        snprintf(sr->dpath, sizeof sr->dpath, "%s", sr->di.path), snprintf(sr->dlayout, sizeof sr->dlayout, "%s", sr->di.layout);
+        snprintf(sr->dkind, sizeof sr->dkind, "%s", sr->di.kind);
+        sr->di.path = sr->dpath, sr->di.layout = sr->dlayout, sr->di.kind = sr->dkind;
+    }
+    dsp_gen_params g = *gp, gb = *gp;
+    gb.mode = DSP_SPEC_BASELINE;
+    dec_result br;
+    for (int r = -1; r < repeat; r++) { /* r = -1: warm-up */
+        if (r == 0 && trace) g.trace = dsp_cli_trace_round, g.trace_user = trace;
+        if ((sr->spec && decode_once(c, ids, n_ids, &gb, &br)) || decode_once(c, ids, n_ids, &g, dr)) {
+            dsp_cli_fail("benchmark", "decode: %s", dsp_last_error());
+            goto out;
+        }
+        if (r < 0) continue;
+        dec[r] = dr->tok_s, dec_cpu[r] = dr->tok_cpu_s;
+        sr->base[r] = sr->spec ? br.tok_s : dr->tok_s;
+        sr->ratio[r] = sr->base[r] > 0 ? dec[r] / sr->base[r] : 0;
+        add_stats(&sr->sum, &dr->res);
+    }
+    rc = 0;
+out:
+    free(ids);
+    dsp_engine_destroy(c);
+    return rc;
+}
+
+static void spec_json(const spec_report *sr, const dsp_gen_params *gp, int repeat) {
+    if (sr->spec) {
+        printf(", \"baseline_tok_s\": %.2f, \"speedup\": %.3f, ", median(sr->base, repeat), median(sr->ratio, repeat));
+        dsp_cli_print_spec_json(stdout, gp, &sr->sum);
+        if (sr->have_drafter) {
+            printf(", \"drafter\": {\"path\": \"");
+            for (const char *p = sr->di.path; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+            printf("\", \"kind\": \"%s\", \"layout\": \"%s\", \"block\": %d}", sr->di.kind, sr->di.layout, sr->di.block);
+        }
+    }
+    if (sr->have_prof) {
+        const dsp_spec_profile *p = &sr->prof;
+        printf(", \"profile\": {\"rows\": [");
+        for (int i = 0; i < p->n; i++) printf("%s%d", i ? ", " : "", p->rows[i]);
+        printf("], \"rel\": [");
+        for (int i = 0; i < p->n; i++) printf("%s%.3f", i ? ", " : "", (double)p->rel[i]);
+        printf("], \"one_row_ms\": %.3f, \"ctx_tokens\": %u, \"ctx_rel_per_key\": %.3g, \"draft_rel\": %.4f, \"draft_rel_per_req\": %.4f, "
+               "\"draft_ctx_rel\": %.4f, \"cached\": %s}",
+               p->one_row_ms, p->ctx_tokens, (double)p->ctx_rel_per_key, (double)p->draft_rel, (double)p->draft_rel_per_req, (double)p->draft_ctx_rel,
+               p->cached ? "true" : "false");
+    }
+}
+
+static void spec_text(const spec_report *sr, int repeat) {
+    const dsp_gen_result *s = &sr->sum;
+    if (sr->spec) {
+        size_t emitted = 0;
+        for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) emitted += (size_t)k * s->accept_hist[k];
+        printf("spec      baseline %.1f tok/s in the same run: speedup %.2fx (median of per-repeat ratios)\n", median(sr->base, repeat),
+               median(sr->ratio, repeat));
+        if (sr->have_drafter) printf("          drafter %s (%s %s, block %d)\n", sr->di.path, sr->di.layout, sr->di.kind, sr->di.block);
+        printf("          %.2f tokens per round, %zu/%zu drafts accepted; drafter %.2f ms per drafted round, verify %.2f ms per round\n",
+               s->n_rounds ? (double)emitted / (double)s->n_rounds : 0, s->n_accepted, s->n_drafted,
+               s->n_block_rounds ? s->draft_ms / (double)s->n_block_rounds : 0, s->n_rounds ? s->verify_ms / (double)s->n_rounds : 0);
+        printf("          rounds by tokens committed:");
+        for (int k = 1; k < DSP_MAX_DRAFT + 2; k++)
+            if (s->accept_hist[k]) printf(" %d:%zu", k, s->accept_hist[k]);
+        printf("\n          rounds by drafts verified:");
+        for (int k = 0; k <= DSP_MAX_DRAFT; k++)
+            if (s->kept_hist[k]) printf(" %d:%zu", k, s->kept_hist[k]);
+        printf("\n");
+    }
+    if (sr->have_prof) {
+        const dsp_spec_profile *p = &sr->prof;
+        printf("profile   c(k) (1+k-row forward / 1-row, %.2f ms at %u tokens of context):", p->one_row_ms, p->ctx_tokens);
+        for (int i = 0; i < p->n; i++) printf(" %d:%.2f", p->rows[i] - 1, (double)p->rel[i]);
+        printf("\n          drafter %.3f per block (+%.3f per further request), its context step %.3f per row%s\n", (double)p->draft_rel,
+               (double)p->draft_rel_per_req, (double)p->draft_ctx_rel, p->cached ? ", from the cache" : "");
+        if (p->draft_rel > 0) {
+            /* a drafter round: one block + the context step of the row it commits (one token: the least) */
+            double tgt = p->one_row_ms * (1.0 - p->draft_ctx_rel), drf = p->one_row_ms * (p->draft_rel + p->draft_ctx_rel);
+            printf("          drafter per round %.2f ms = %.1f%% of a target decode step (%.2f ms)\n", drf, 100 * drf / tgt, tgt);
+        }
+    }
+}
+
 int dsp_cmd_benchmark(int argc, char **argv) {
     const char *model = NULL, *draft = NULL, *trace_path = NULL;
     bool json = false;
-    int threads = 0, repeat = 5, bw_mb = 1024;
+    int threads = 0, repeat = 5, bw_mb = -1;
+    dsp_backend_params bp = {.kind = DSP_BACKEND_AUTO};
     dsp_gen_params gp = dsp_gen_default_params();
-    gp.mode = DSP_SPEC_BASELINE;
     if (dsp_cli_wants_help(argc, argv)) {
         usage(stdout);
         return 0;
@@ -229,6 +443,25 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         else if (!strcmp(a, "--trace-rounds") && has_val) trace_path = argv[++i];
         else if (!strcmp(a, "--bw-mb") && has_val) bw_mb = atoi(argv[++i]);
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--gpu") && has_val) bp.gpu = atoi(argv[++i]);
+        else if (!strcmp(a, "--backend") && has_val) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "auto")) bp.kind = DSP_BACKEND_AUTO;
+            else if (!strcmp(v, "cpu")) bp.kind = DSP_BACKEND_CPU;
+            else if (!strcmp(v, "cuda")) bp.kind = DSP_BACKEND_CUDA;
+            else {
+                fprintf(stderr, "dspark benchmark: --backend: '%s' is not auto, cpu or cuda\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--kv-type") && has_val) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "f16")) bp.kv_type = DSP_F16;
+            else if (!strcmp(v, "bf16")) bp.kv_type = DSP_BF16;
+            else {
+                fprintf(stderr, "dspark benchmark: --kv-type: '%s' is not f16 or bf16\n", v);
+                return 2;
+            }
+        }
         else {
             fprintf(stderr, "dspark benchmark: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
@@ -239,20 +472,26 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (threads < 0 || threads > 1024 || repeat < 1 || repeat > 64 || bw_mb < 0 || bw_mb > 65536) {
-        fprintf(stderr, "dspark benchmark: --threads 0..1024, --repeat 1..64, --bw-mb 0..65536\n");
+    if (threads < 0 || threads > 1024 || repeat < 1 || repeat > 64 || bw_mb < -1 || bw_mb > 65536 || bp.gpu < 0) {
+        fprintf(stderr, "dspark benchmark: --threads 0..1024, --repeat 1..64, --bw-mb 0..65536, --gpu >= 0\n");
         return 2;
     }
     const dsp_spec_mode mode = gp.mode;
     if (threads == 0) threads = dsp_physical_cores();
+    bp.n_threads = threads;
 
     dsp_model_params mp = dsp_model_default_params();
     dsp_model *m = NULL;
-    dsp_engine *c = NULL;
-    FILE *trace = NULL;
     bench *b = NULL;
-    int32_t *ids = NULL;
+    dsp_backend *be = NULL;
+    FILE *trace = NULL;
+    spec_report *sr = calloc(1, sizeof *sr);
     int rc = 1;
+    if (!sr) goto out;
+    if (trace_path && !(trace = fopen(trace_path, "w"))) {
+        dsp_cli_fail("benchmark", "--trace-rounds %s: cannot open", trace_path);
+        goto out;
+    }
     if (dsp_model_load(model, &mp, &m)) {
         dsp_cli_fail("benchmark", "%s", dsp_last_error());
         goto out;
@@ -266,76 +505,32 @@ int dsp_cmd_benchmark(int argc, char **argv) {
      * this process got while measuring (well below 1 = other processes took the cores) */
     const double load0 = loadavg1(), cpu0 = cpu_seconds(), wall0 = dsp_cli_now_ms();
 
-    /* decode, through the public API */
-    dsp_engine_params cp = dsp_engine_default_params();
-    cp.n_threads = threads;
-    cp.max_batch = 1;
-    cp.draft_model = draft;
-    if (dsp_engine_create(m, &cp, &c)) {
+    bp.progress = !json;
+    if (dsp_backend_create(&bp, &be)) {
         dsp_cli_fail("benchmark", "%s", dsp_last_error());
         goto out;
     }
-    size_t n_ids = 0;
-    const dsp_tokenizer *tok = dsp_model_tokenizer(m);
-    dsp_tokenize(tok, g_decode_prompt, strlen(g_decode_prompt), DSP_TOKENIZE_ADD_SPECIAL, NULL, 0, &n_ids);
-    ids = malloc((n_ids ? n_ids : 1) * sizeof *ids);
-    if (!ids || dsp_tokenize(tok, g_decode_prompt, strlen(g_decode_prompt), DSP_TOKENIZE_ADD_SPECIAL, ids, n_ids, &n_ids)) {
-        dsp_cli_fail("benchmark", "tokenizing the decode prompt: %s", dsp_last_error());
-        goto out;
-    }
+    const bool gpu = be->kind == DSP_BACKEND_CUDA;
+    if (!json) fprintf(stderr, "dspark benchmark: forward on %s\n", be->desc);
+
+    /* decode, through the public API (on the CPU: the engine does not take a device yet) */
+    double dec[64] = {0}, dec_cpu[64] = {0};
+    dec_result dr;
+    memset(&dr, 0, sizeof dr);
     gp.max_tokens = DECODE_TOKENS;
     gp.ignore_eos = true;
-    const bool spec = mode != DSP_SPEC_BASELINE;
-    dsp_gen_params gb = gp; /* the baseline of the same run */
-    gb.mode = DSP_SPEC_BASELINE;
-    dsp_spec_profile prof;
-    bool have_prof = gp.max_draft == DSP_DRAFT_AUTO && !dsp_engine_profile(c, &prof); /* measured before the timed runs */
-    if (trace_path && !(trace = fopen(trace_path, "w"))) {
-        dsp_cli_fail("benchmark", "--trace-rounds %s: cannot open", trace_path);
-        goto out;
-    }
-    double dec[64], dec_cpu[64], base[64], ratio[64];
-    dec_result dr, br;
-    dsp_gen_result sum; /* the speculation statistics summed over the measured runs */
-    memset(&sum, 0, sizeof sum);
-    if (decode_once(c, ids, n_ids, &gp, &dr) || (spec && decode_once(c, ids, n_ids, &gb, &br))) { /* warm-up */
-        dsp_cli_fail("benchmark", "decode: %s", dsp_last_error());
-        goto out;
-    }
-    if (trace) gp.trace = dsp_cli_trace_round, gp.trace_user = trace;
-    for (int r = 0; r < repeat; r++) { /* interleaved: drifts in machine load hit both alike */
-        if ((spec && decode_once(c, ids, n_ids, &gb, &br)) || decode_once(c, ids, n_ids, &gp, &dr)) {
-            dsp_cli_fail("benchmark", "decode: %s", dsp_last_error());
-            goto out;
-        }
-        dec[r] = dr.tok_s;
-        dec_cpu[r] = dr.tok_cpu_s;
-        base[r] = spec ? br.tok_s : dr.tok_s;
-        ratio[r] = base[r] > 0 ? dec[r] / base[r] : 0;
-        sum.n_rounds += dr.res.n_rounds, sum.n_drafted += dr.res.n_drafted, sum.n_accepted += dr.res.n_accepted;
-        sum.n_block_rounds += dr.res.n_block_rounds, sum.draft_ms += dr.res.draft_ms, sum.verify_ms += dr.res.verify_ms;
-        sum.n_generated += dr.res.n_generated;
-        for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) sum.accept_hist[k] += dr.res.accept_hist[k];
-        for (int k = 0; k <= DSP_MAX_DRAFT; k++) sum.kept_hist[k] += dr.res.kept_hist[k];
-    }
-    const dsp_spec_mode resolved = dsp_engine_resolve_mode(c, mode);
-    dsp_drafter_info di;
-    const bool have_drafter = dsp_engine_drafter_info(c, &di);
-    char dpath[512] = "", dlayout[32] = "", dkind[16] = ""; /* di's strings live in the engine */
-    if (have_drafter) {
-        snprintf(dpath, sizeof dpath, "%s", di.path), snprintf(dlayout, sizeof dlayout, "%s", di.layout), snprintf(dkind, sizeof dkind, "%s", di.kind);
-        di.path = dpath, di.layout = dlayout, di.kind = dkind;
-    }
-    dsp_engine_destroy(c);
-    c = NULL;
+    if (engine_decode(m, &bp, draft, trace, &gp, repeat, dec, dec_cpu, &dr, sr)) goto out;
 
     /* prefill and the verify curve, on the forward pass itself */
     b = calloc(1, sizeof *b);
     if (!b) goto out;
     dsp_fwd_params fp = dsp_fwd_default_params();
+    fp.backend = be;
     fp.n_threads = threads;
     fp.max_batch_tokens = PREFILL_TOKENS;
+    fp.max_logits = VERIFY_MAX_K + 1;
     fp.n_ctx = (uint32_t)(m->hp.n_ctx_train < 1024 ? m->hp.n_ctx_train : 1024);
+    fp.kv_tokens = fp.n_ctx * (BATCH_MAX + 1);
     if (fp.n_ctx < PREFILL_TOKENS + 1) {
         dsp_cli_fail("benchmark", "the model's context (%d) is shorter than the %d-token prefill", m->hp.n_ctx_train, PREFILL_TOKENS);
         goto out;
@@ -364,15 +559,28 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     for (int k = 0; k <= VERIFY_MAX_K; k++) forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, NULL); /* warm-up */
     for (int r = 0; r < repeat; r++) /* interleave k within a repeat: drifts in machine load hit all k alike */
         for (int k = 0; k <= VERIFY_MAX_K; k++) ver[k][r] = forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, &ver_cpu[k][r]);
+    double fdec[64];
+    forward_decode(b, &s); /* warm-up */
+    for (int r = 0; r < repeat; r++) fdec[r] = forward_decode(b, &s);
     dsp_kv_seq_free(dsp_fwd_kv(b->f), &s);
+    int n_batch = 0, batch_seqs[8];
+    double batched[8][64];
+    for (int B = 1; B <= BATCH_MAX; B *= 2, n_batch++) {
+        batch_seqs[n_batch] = B;
+        batched_decode(b, B); /* warm-up (graph capture on a GPU) */
+        for (int r = 0; r < repeat; r++) batched[n_batch][r] = batched_decode(b, B);
+    }
 
     const double cpu_share = (cpu_seconds() - cpu0) / ((dsp_cli_now_ms() - wall0) / 1e3 * threads);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double peak_rss_mb = (double)ru.ru_maxrss / 1024.0; /* before the bandwidth test's buffer */
-    double bw = bw_mb ? mem_bandwidth((size_t)bw_mb, threads) : 0;
-    uint64_t wbytes = weight_bytes_per_token(m);
-    double roof = bw > 0 ? bw * 1e9 / (double)wbytes : 0;
+    if (bw_mb < 0) bw_mb = gpu ? 4096 : 1024;
+    double bw = 0;
+    if (bw_mb) bw = gpu && be->ops->read_bandwidth ? be->ops->read_bandwidth(be, (size_t)bw_mb << 20) : mem_bandwidth((size_t)bw_mb, threads);
+    /* a decode step at the middle of the forward-decode run reads the weights and that much K/V */
+    uint64_t wbytes = weight_bytes_per_token(m), kvbytes = kv_bytes_per_token(m, VERIFY_PREFIX + DECODE_TOKENS / 2, gpu ? 2 : 4);
+    double roof = bw > 0 ? bw * 1e9 / (double)(wbytes + kvbytes) : 0;
 
     char cpu[256];
     cpu_model(cpu, sizeof cpu);
@@ -380,38 +588,28 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     double dec_med = median(dec, repeat), pre_med = median(pre, repeat), ver_med[VERIFY_MAX_K + 1];
     double ver_cpu_med[VERIFY_MAX_K + 1], pre_cpu_med = median(pre_cpu, repeat), dec_cpu_med = median(dec_cpu, repeat);
     for (int k = 0; k <= VERIFY_MAX_K; k++) ver_med[k] = median(ver[k], repeat), ver_cpu_med[k] = median(ver_cpu[k], repeat);
+    const double fdec_med = median(fdec, repeat);
     if (json) {
         printf("{\"schema\": \"dspark.benchmark/1\", \"model\": \"");
         for (const char *p = model; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
         printf("\", \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\", \"isa_supported\": \"%s\", \"threads\": %d, \"git_commit\": \"%s\", "
-               "\"mem_bw_gb_s\": %.2f, \"loadavg_1m\": %.2f, \"cpu_share\": %.2f}, \"repeat\": %d",
-               cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT, bw, load0, cpu_share, repeat);
+               "\"backend\": \"%s\", \"mem_bw_gb_s\": %.2f, \"mem_bw_of\": \"%s\", \"loadavg_1m\": %.2f, \"cpu_share\": %.2f}, \"repeat\": %d",
+               cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT, be->desc, bw, gpu ? "device" : "host", load0, cpu_share, repeat);
         printf(", \"prefill\": {\"n_tokens\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [", PREFILL_TOKENS, pre_med, pre_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", pre[r]);
-        printf("]}, \"decode\": {\"n_tokens\": %d, \"mode\": \"%s\", \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [", DECODE_TOKENS,
-               dsp_spec_mode_to_string(resolved), dec_med, dec_cpu_med);
+        printf("]}, \"decode\": {\"n_tokens\": %d, \"via\": \"%s\", \"mode\": \"%s\", \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [",
+               DECODE_TOKENS, "engine", dsp_spec_mode_to_string(sr->resolved), dec_med, dec_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", dec[r]);
         printf("], \"rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu", dr.res.n_rounds, dr.res.n_drafted, dr.res.n_accepted);
-        if (spec) {
-            printf(", \"baseline_tok_s\": %.2f, \"speedup\": %.3f, ", median(base, repeat), median(ratio, repeat));
-            dsp_cli_print_spec_json(stdout, &gp, &sum);
-            if (have_drafter) {
-                printf(", \"drafter\": {\"path\": \"");
-                for (const char *p = di.path; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
-                printf("\", \"kind\": \"%s\", \"layout\": \"%s\", \"block\": %d}", di.kind, di.layout, di.block);
-            }
-        }
-        if (have_prof) {
-            printf(", \"profile\": {\"rows\": [");
-            for (int i = 0; i < prof.n; i++) printf("%s%d", i ? ", " : "", prof.rows[i]);
-            printf("], \"rel\": [");
-            for (int i = 0; i < prof.n; i++) printf("%s%.3f", i ? ", " : "", (double)prof.rel[i]);
-            printf("], \"one_row_ms\": %.3f, \"ctx_tokens\": %u, \"ctx_rel_per_key\": %.3g, \"draft_rel\": %.4f, \"draft_rel_per_req\": %.4f, "
-                   "\"draft_ctx_rel\": %.4f, \"cached\": %s}",
-                   prof.one_row_ms, prof.ctx_tokens, (double)prof.ctx_rel_per_key, (double)prof.draft_rel, (double)prof.draft_rel_per_req,
-                   (double)prof.draft_ctx_rel, prof.cached ? "true" : "false");
-        }
+        spec_json(sr, &gp, repeat);
         printf("}");
+        printf(", \"forward_decode\": {\"prefix\": %d, \"n_tokens\": %d, \"tok_s\": %.2f, \"runs\": [", VERIFY_PREFIX, DECODE_TOKENS, fdec_med);
+        for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", fdec[r]);
+        printf("]}, \"batched\": {\"prefix\": %d, \"steps\": %d, \"seqs\": [", VERIFY_PREFIX, BATCH_STEPS);
+        for (int i = 0; i < n_batch; i++) printf("%s%d", i ? ", " : "", batch_seqs[i]);
+        printf("], \"tok_s\": [");
+        for (int i = 0; i < n_batch; i++) printf("%s%.2f", i ? ", " : "", median(batched[i], repeat));
+        printf("]}");
         printf(", \"verify\": {\"prefix\": %d, \"ms\": [", VERIFY_PREFIX);
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_med[k]);
         printf("], \"rel\": [");
@@ -420,47 +618,28 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_cpu_med[k]);
         printf("], \"cpu_rel\": [");
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_cpu_med[k] / ver_cpu_med[0]);
-        printf("]}, \"roofline\": {\"weight_bytes_per_token\": %llu, \"tok_s\": %.2f, \"decode_fraction\": %.3f}, \"peak_rss_mb\": %.1f}\n",
-               (unsigned long long)wbytes, roof, roof > 0 ? dec_med / roof : 0, peak_rss_mb);
+        printf("]}, \"roofline\": {\"weight_bytes_per_token\": %llu, \"kv_bytes_per_token\": %llu, \"read_bw_gb_s\": %.2f, \"tok_s\": %.2f, "
+               "\"decode_fraction\": %.3f, \"forward_decode_fraction\": %.3f}, \"peak_rss_mb\": %.1f}\n",
+               (unsigned long long)wbytes, (unsigned long long)kvbytes, bw, roof, roof > 0 ? dec_med / roof : 0,
+               roof > 0 ? fdec_med / roof : 0, peak_rss_mb);
     } else {
         printf("machine   %s, kernels %s (supported: %s), %d threads, commit %s\n", cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT);
         printf("load      load average %.2f before; this process got %.0f%% of %d CPUs while measuring\n", load0, 100 * cpu_share, threads);
-        printf("memory    %.2f GB/s streaming read; weights %.1f MB per token -> roofline %.1f tok/s\n", bw, (double)wbytes / 1e6, roof);
+        printf("backend   %s\n", be->desc);
+        printf("memory    %.2f GB/s streaming read (%s); weights %.1f MB + K/V %.1f MB per token -> roofline %.1f tok/s\n", bw,
+               gpu ? "device" : "host", (double)wbytes / 1e6, (double)kvbytes / 1e6, roof);
         printf("prefill   %.1f tok/s (%d tokens, median of %d); %.1f tok per CPU second\n", pre_med, PREFILL_TOKENS, repeat, pre_cpu_med);
         printf("decode    %.1f tok/s (%d tokens, mode %s, median of %d) = %.0f%% of the roofline; %.1f tok per CPU second\n", dec_med,
-               DECODE_TOKENS, dsp_spec_mode_to_string(resolved), repeat, roof > 0 ? 100 * dec_med / roof : 0, dec_cpu_med);
-        if (spec) {
-            size_t emitted = 0;
-            for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) emitted += (size_t)k * sum.accept_hist[k];
-            printf("spec      baseline %.1f tok/s in the same run: speedup %.2fx (median of per-repeat ratios)\n", median(base, repeat),
-                   median(ratio, repeat));
-            if (have_drafter) printf("          drafter %s (%s %s, block %d)\n", di.path, di.layout, di.kind, di.block);
-            printf("          %.2f tokens per round, %zu/%zu drafts accepted; drafter %.2f ms per drafted round, verify %.2f ms per round\n",
-                   sum.n_rounds ? (double)emitted / (double)sum.n_rounds : 0, sum.n_accepted, sum.n_drafted,
-                   sum.n_block_rounds ? sum.draft_ms / (double)sum.n_block_rounds : 0, sum.n_rounds ? sum.verify_ms / (double)sum.n_rounds : 0);
-            printf("          rounds by tokens committed:");
-            for (int k = 1; k < DSP_MAX_DRAFT + 2; k++)
-                if (sum.accept_hist[k]) printf(" %d:%zu", k, sum.accept_hist[k]);
-            printf("\n          rounds by drafts verified:");
-            for (int k = 0; k <= DSP_MAX_DRAFT; k++)
-                if (sum.kept_hist[k]) printf(" %d:%zu", k, sum.kept_hist[k]);
-            printf("\n");
-        }
-        if (have_prof) {
-            printf("profile   c(k) (1+k-row forward / 1-row, %.2f ms at %u tokens of context):", prof.one_row_ms, prof.ctx_tokens);
-            for (int i = 0; i < prof.n; i++) printf(" %d:%.2f", prof.rows[i] - 1, (double)prof.rel[i]);
-            printf("\n          drafter %.3f per block (+%.3f per further request), its context step %.3f per row%s\n", (double)prof.draft_rel,
-                   (double)prof.draft_rel_per_req, (double)prof.draft_ctx_rel, prof.cached ? ", from the cache" : "");
-            if (prof.draft_rel > 0) {
-                /* a drafter round: one block + the context step of the row it commits (one accepted token: the least) */
-                double tgt = prof.one_row_ms * (1.0 - prof.draft_ctx_rel), drf = prof.one_row_ms * (prof.draft_rel + prof.draft_ctx_rel);
-                printf("          drafter per round %.2f ms = %.1f%% of a target decode step (%.2f ms)\n", drf, 100 * drf / tgt, tgt);
-            }
-        }
+               DECODE_TOKENS, dsp_spec_mode_to_string(sr->resolved), repeat, roof > 0 ? 100 * dec_med / roof : 0, dec_cpu_med);
+        spec_text(sr, repeat);
         printf("verify    1+k tokens after %d, time relative to k = 0 (%.2f ms):\n         ", VERIFY_PREFIX, ver_med[0]);
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_med[k] / ver_med[0]);
         printf("\n          in CPU time (%.2f ms):\n         ", ver_cpu_med[0]);
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_cpu_med[k] / ver_cpu_med[0]);
+        printf("\nforward   decode %.1f tok/s (%d one-token forwards after %d, argmax on the backend) = %.0f%% of the roofline\n", fdec_med,
+               DECODE_TOKENS, VERIFY_PREFIX, roof > 0 ? 100 * fdec_med / roof : 0);
+        printf("batched   total tok/s:");
+        for (int i = 0; i < n_batch; i++) printf(" B=%d %.1f", batch_seqs[i], median(batched[i], repeat));
         printf("\npeak RSS  %.1f MB\n", peak_rss_mb);
     }
     rc = 0;
@@ -470,9 +649,9 @@ out:
         free(b->logits);
         free(b);
     }
-    free(ids);
     if (trace) fclose(trace);
-    dsp_engine_destroy(c);
+    free(sr);
+    dsp_backend_destroy(be);
     dsp_model_destroy(m);
     return rc;
 }

@@ -5,7 +5,6 @@
 
 #include "dspark.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +110,7 @@ int dsp_cmd_chat(int argc, char **argv) {
         if (!strcmp(line, "/reset")) {
             json_array_clear(msgs);
             if (system) dsp_cli_add_message(msgs, "system", system, strlen(system));
+            fprintf(stderr, "[new conversation]\n");
             continue;
         }
         dsp_cli_add_message(msgs, "user", line, (size_t)n);
@@ -127,7 +127,8 @@ int dsp_cmd_chat(int argc, char **argv) {
         dsp_gen_result res;
         if (!ids || dsp_tokenize(tok, prompt, plen, DSP_TOKENIZE_PARSE_SPECIAL, ids, n_ids, &n_ids) ||
             dsp_generate(c, ids, n_ids, &gp, on_token, &r, &res)) {
-            fputc('\n', stdout);
+            if (r.n) fputc('\n', stdout); /* end the partial reply's line; nothing was printed otherwise */
+            fflush(stdout);
             dsp_cli_fail("chat", "%s", dsp_last_error());
             json_array_remove(msgs, json_array_size(msgs) - 1);
         } else {

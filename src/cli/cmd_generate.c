@@ -1,6 +1,7 @@
 /* cli/cmd_generate: `dspark generate`: one completion, streamed to stdout as it is decoded. */
 #include "cli/cli.h"
 
+#include "core/file.h"
 #include "dspark.h"
 
 #include <errno.h>
@@ -51,26 +52,6 @@ typedef struct gen_opts {
     int n_stop;
     dsp_engine_params cp;
 } gen_opts;
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    for (size_t r; buf && (r = fread(buf + n, 1, cap - n, f)) > 0;) {
-        n += r;
-        if (n == cap) {
-            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2 + 1) : NULL;
-            if (!nb) free(buf);
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (f != stdin) fclose(f);
-    if (buf) buf[n] = '\0';
-    *len = n;
-    return buf;
-}
 
 typedef struct stream_state {
     bool json;
@@ -170,8 +151,8 @@ int dsp_cmd_generate(int argc, char **argv) {
     size_t plen = 0;
     char *ptext = NULL;
     if (o.file) {
-        ptext = slurp(o.file, &plen);
-        if (!ptext) return dsp_cli_fail("generate", "%s: %s", o.file, strerror(errno));
+        if (dsp_file_read(o.file, (size_t)1 << 30, &ptext, &plen))
+            return dsp_cli_fail("generate", "%s", dsp_last_error());
     } else {
         ptext = strdup(o.prompt);
         plen = strlen(ptext);

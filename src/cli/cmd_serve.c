@@ -16,16 +16,17 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dspark serve -m MODEL [options]\n\n"
-            "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions (streaming\n"
-            "and not), GET /v1/models, GET /health. Omitted sampling fields take the model's\n"
-            "generation_config.json values, else OpenAI's defaults (temperature 1, top_p 1); the startup\n"
-            "log says which. Send temperature 0 for greedy decoding.\n\n"
+            "An OpenAI- and Anthropic-compatible HTTP server: POST /v1/chat/completions, /v1/completions,\n"
+            "/v1/responses, /v1/messages, /v1/messages/count_tokens (streaming and not; tool calling);\n"
+            "GET /v1/models, /metrics, /health, and a chat page at /. Omitted sampling fields take the\n"
+            "model's generation_config.json values, else OpenAI's defaults (temperature 1, top_p 1); the\n"
+            "startup log says which. Send temperature 0 for greedy decoding.\n\n"
             "  -m, --model MODEL          GGUF file, Hugging Face directory, or repo id org/name[@rev] (HF cache)\n"
             "      --quantize Q           quantize F32/F16/BF16 weights at load: q8_0 or q4_0\n"
             "      --host ADDR            address to listen on (default 127.0.0.1)\n"
             "      --port N               port (default 8000; 0 = any free port, printed at start)\n"
             "      --alias NAME           model name clients use (repeatable; default: the file's name)\n"
-            "      --api-key KEY          require 'Authorization: Bearer KEY' on /v1/*\n"
+            "      --api-key KEY          require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (every route but /health)\n"
             DSP_CLI_SPEC_HELP
             "      --default-max-tokens N max_tokens when a request gives none (default 2048)\n"
             "      --max-tokens-cap N     a request asking for more tokens gets a 400 (default 32768)\n"
@@ -34,10 +35,17 @@ static void usage(FILE *f) {
             "                             the free KV; a running request is never evicted\n"
             "      --max-queue N          requests waiting at most; more get a 503 (default 64)\n"
             "      --max-body BYTES       request body size limit; more gets a 413 (default 8 MiB)\n"
-            "      --max-connections N    open connections at most (default 256)\n"
-            "      --timeout SEC          close idle or stalled connections after SEC (default 60)\n"
+            "      --max-connections N    open connections at most (default 256); when full, the oldest\n"
+            "                             connection that has not sent a whole request is closed\n"
+            "      --max-connections-per-client N  from one address at most, by the same rule (default 32)\n"
+            "      --request-timeout SEC  a request's head and body must arrive within SEC (default 10)\n"
+            "      --timeout SEC          close a connection whose client stops reading after SEC (default 60)\n"
+            "      --keepalive SEC        a stream with nothing to send for SEC gets an SSE comment (default 15)\n"
             "      --shutdown-timeout SEC on SIGINT/SIGTERM, let requests finish this long (default 10)\n"
-            "      --chat-template F      use this Jinja template instead of the model's\n"
+            "      --chat-template F      use this Jinja template instead of the model's (tool calling needs\n"
+            "                             one that reads 'tools'; the syntax is taken from it)\n"
+            "      --no-thinking          reasoning models answer without thinking unless a request asks\n"
+            "                             (chat_template_kwargs.enable_thinking, Anthropic's thinking)\n"
             DSP_CLI_ENGINE_HELP
             "  -h, --help                 this help\n",
             4);
@@ -64,6 +72,10 @@ int dsp_cmd_serve(int argc, char **argv) {
     dsp_srv_config_default(&cfg);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--no-thinking")) {
+            cfg.no_thinking = true;
+            continue;
+        }
         bool handled;
         int erc = dsp_cli_parse_engine_opt(argc, argv, &i, &cfg.cp, &handled);
         if (!erc && !handled) erc = dsp_cli_parse_spec_opt(argc, argv, &i, &cfg.spec, &handled);
@@ -93,7 +105,10 @@ int dsp_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-queue")) { NUM(1, 1 << 20) cfg.max_queue = (int)x; }
         else if (!strcmp(a, "--max-body")) { NUM(1024, 1LL << 32) cfg.max_body = (size_t)x; }
         else if (!strcmp(a, "--max-connections")) { NUM(1, 100000) cfg.max_connections = (int)x; }
+        else if (!strcmp(a, "--max-connections-per-client")) { NUM(1, 100000) cfg.max_connections_per_client = (int)x; }
+        else if (!strcmp(a, "--request-timeout")) { NUM(1, 3600) cfg.request_timeout_s = (int)x; }
         else if (!strcmp(a, "--timeout")) { NUM(1, 86400) cfg.idle_timeout_s = (int)x; }
+        else if (!strcmp(a, "--keepalive")) { NUM(0.1, 3600) cfg.keepalive_s = x; }
         else if (!strcmp(a, "--shutdown-timeout")) { NUM(0, 86400) cfg.shutdown_timeout_s = x; }
         else if (!strcmp(a, "--chat-template")) cfg.chat_template = v;
         else if (!strcmp(a, "--quantize")) cfg.quantize = v;
@@ -128,8 +143,7 @@ int dsp_cmd_serve(int argc, char **argv) {
     sigwait(&set, &sig);
     fprintf(stderr, "dspark serve: %s: no new requests; waiting up to %.0f s for the ones in flight\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
             cfg.shutdown_timeout_s);
-    atomic_store(&s->draining, true);
-    dsp_srv_http_quiesce(s);
+    atomic_store(&s->draining, true); /* new requests get a 503 with Retry-After */
 
     /* wait for the queue to drain, in slices so that a second signal cancels at once */
     double waited = 0;

@@ -3,9 +3,10 @@
  * jinja2 oracle test (tests/py/test_template.py). */
 #include "cli/cli.h"
 
+#include "core/file.h"
 #include "core/status.h"
 #include "dspark.h"
-#include "tok/template.h"
+#include "template/template.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -28,42 +29,6 @@ static void usage(FILE *f) {
             "  -h, --help            this help\n\n"
             "A template error, or raise_exception() in the template, prints the message to stderr\n"
             "and exits with status 1.\n");
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        dsp_error(DSP_ERR_IO, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            if (cap > ((size_t)256 << 20)) {
-                free(buf);
-                fclose(f);
-                dsp_error(DSP_ERR_RANGE, "%s: file too large", path);
-                return NULL;
-            }
-            char *p = realloc(buf, cap * 2);
-            if (!p) break;
-            buf = p;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        free(buf);
-        dsp_error(DSP_ERR_IO, "%s: read error", path);
-        return NULL;
-    }
-    *len = n;
-    return buf;
 }
 
 int dsp_cmd_template(int argc, char **argv) {
@@ -110,8 +75,7 @@ int dsp_cmd_template(int argc, char **argv) {
         if (!src) return dsp_cli_fail("template", "%s: %s", mpath, ts ? "no memory" : "the model has no chat template");
         tpath = mpath;
     } else {
-        src = read_file(tpath, &tlen);
-        if (!src) return dsp_cli_fail("template", "%s", dsp_last_error());
+        if (dsp_file_read(tpath, (size_t)256 << 20, &src, &tlen)) return dsp_cli_fail("template", "%s", dsp_last_error());
     }
     json_error_t jerr;
     json_t *ctx = !strcmp(cpath, "-") ? json_loadf(stdin, JSON_ALLOW_NUL, &jerr)

@@ -2,20 +2,35 @@
  * (ids -> text). The tokenizer comes from the model loaded vocab-only (no weights are touched). */
 #include "cli/cli.h"
 
+#include "core/file.h"
 #include "dspark.h"
-#include "tok/tok.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_INPUT ((size_t)1 << 30)
-
 typedef struct cli_tok {
     dsp_model *m;
-    const dsp_tok *t;
+    const dsp_tokenizer *t;
 } cli_tok;
+
+/* a growable id list */
+typedef struct id_list {
+    int32_t *v;
+    size_t n, cap;
+} id_list;
+
+static int push_id(id_list *l, int32_t id) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        int32_t *v = realloc(l->v, cap * sizeof *v);
+        if (!v) return 1;
+        l->v = v, l->cap = cap;
+    }
+    l->v[l->n++] = id;
+    return 0;
+}
 
 static int open_tokenizer(const char *cmd, const char *path, cli_tok *ct) {
     memset(ct, 0, sizeof *ct);
@@ -31,47 +46,6 @@ static int open_tokenizer(const char *cmd, const char *path, cli_tok *ct) {
 }
 
 static void close_tokenizer(cli_tok *ct) { dsp_model_destroy(ct->m); }
-
-static char *read_file(const char *cmd, const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        dsp_cli_fail(cmd, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            if (cap >= MAX_INPUT) {
-                dsp_cli_fail(cmd, "%s: input larger than %zu bytes", path, MAX_INPUT);
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) {
-            if (ferror(f)) {
-                dsp_cli_fail(cmd, "%s: read error", path);
-                free(buf);
-                buf = NULL;
-            }
-            break;
-        }
-    }
-    if (f != stdin) fclose(f);
-    *len = n;
-    return buf;
-}
 
 static void tokenize_usage(FILE *f) {
     fprintf(f, "usage: dspark tokenize -m MODEL [--special] [--no-bos] [--file F | TEXT]\n\n"
@@ -114,7 +88,7 @@ int dsp_cmd_tokenize(int argc, char **argv) {
     size_t len = 0;
     char *owned = NULL;
     if (file) {
-        if (!(owned = read_file("tokenize", file, &len))) return 1;
+        if (dsp_file_read(file, (size_t)1 << 30, &owned, &len)) return dsp_cli_fail("tokenize", "%s", dsp_last_error());
         text = owned;
     } else {
         len = strlen(text);
@@ -124,16 +98,20 @@ int dsp_cmd_tokenize(int argc, char **argv) {
         free(owned);
         return 1;
     }
-    dsp_tok_ids ids = {0};
     int rc = 0;
-    if (dsp_tok_encode(ct.t, text, len, flags, &ids)) {
+    size_t n = 0;
+    int32_t *ids = NULL;
+    dsp_status st = dsp_tokenize(ct.t, text, len, flags, NULL, 0, &n); /* the count first */
+    if (st == DSP_OK || st == DSP_ERR_RANGE) st = (ids = malloc((n ? n : 1) * sizeof *ids)) ? dsp_tokenize(ct.t, text, len, flags, ids, n, &n)
+                                                                                          : dsp_error(DSP_ERR_NOMEM, "out of memory");
+    if (st) {
         rc = dsp_cli_fail("tokenize", "%s", dsp_last_error());
     } else {
         putchar('[');
-        for (size_t i = 0; i < ids.n; i++) printf(i ? ", %d" : "%d", (int)ids.v[i]);
+        for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", (int)ids[i]);
         printf("]\n");
     }
-    dsp_tok_ids_free(&ids);
+    free(ids);
     close_tokenizer(&ct);
     free(owned);
     return rc;
@@ -148,7 +126,7 @@ static void detokenize_usage(FILE *f) {
 }
 
 /* Parse ids out of s: integers separated by spaces, commas or brackets. */
-static int parse_ids(const char *s, dsp_tok_ids *ids) {
+static int parse_ids(const char *s, id_list *ids) {
     while (*s) {
         if (strchr(" \t\n\r,[]", *s)) {
             s++;
@@ -158,7 +136,7 @@ static int parse_ids(const char *s, dsp_tok_ids *ids) {
         errno = 0;
         long v = strtol(s, &end, 10);
         if (end == s || errno || v < 0 || v > INT32_MAX) return dsp_cli_fail("detokenize", "bad token id near '%.20s'", s);
-        if (dsp_tok_ids_push(ids, (int32_t)v)) return dsp_cli_fail("detokenize", "out of memory");
+        if (push_id(ids, (int32_t)v)) return dsp_cli_fail("detokenize", "out of memory");
         s = end;
     }
     return 0;
@@ -171,7 +149,7 @@ int dsp_cmd_detokenize(int argc, char **argv) {
     }
     const char *model = NULL;
     int flags = 0;
-    dsp_tok_ids ids = {0};
+    id_list ids = {0};
     int rc = 0;
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i];
@@ -188,17 +166,20 @@ int dsp_cmd_detokenize(int argc, char **argv) {
     }
     cli_tok ct;
     if (!rc && !(rc = open_tokenizer("detokenize", model, &ct))) {
-        char *text;
-        size_t len;
-        if (dsp_tok_decode(ct.t, ids.v, ids.n, flags, &text, &len)) {
+        char *text = NULL;
+        size_t len = 0;
+        dsp_status st = dsp_detokenize(ct.t, ids.v, ids.n, flags, NULL, 0, &len); /* the length first */
+        if (st == DSP_OK || st == DSP_ERR_RANGE)
+            st = (text = malloc(len + 1)) ? dsp_detokenize(ct.t, ids.v, ids.n, flags, text, len + 1, &len) : dsp_error(DSP_ERR_NOMEM, "out of memory");
+        if (st) {
             rc = dsp_cli_fail("detokenize", "%s", dsp_last_error());
         } else {
             fwrite(text, 1, len, stdout);
             putchar('\n');
-            free(text);
         }
+        free(text);
         close_tokenizer(&ct);
     }
-    dsp_tok_ids_free(&ids);
+    free(ids.v);
     return rc;
 }

@@ -2,6 +2,7 @@
  * speculation and engine options, the --json speculation statistics, and chat rendering. */
 #include "cli/cli.h"
 
+#include "core/file.h"
 #include "dspark.h"
 
 #include <errno.h>
@@ -17,26 +18,11 @@ double dsp_cli_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf) buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* Render messages (a JSON array) with add_generation_prompt; template_file overrides the model's. */
 int dsp_cli_render_messages(const dsp_model *m, const char *template_file, json_t *messages, char **out, size_t *out_len) {
     char *tsrc = NULL;
-    if (template_file && !(tsrc = read_all(template_file))) return dsp_cli_fail("chat", "%s: %s", template_file, strerror(errno));
+    if (template_file && dsp_file_read(template_file, (size_t)64 << 20, &tsrc, NULL))
+        return dsp_cli_fail("chat", "%s", dsp_last_error());
     json_t *ctx = json_pack("{s:O, s:b}", "messages", messages, "add_generation_prompt", 1);
     char *js = ctx ? json_dumps(ctx, JSON_COMPACT) : NULL;
     json_decref(ctx);

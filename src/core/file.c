@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -29,8 +31,8 @@ static dsp_status open_regular(const char *path, int *fd, uint64_t *size) {
 
 dsp_status dsp_file_map_open(const char *path, dsp_file_map *m) {
     memset(m, 0, sizeof *m);
-    int fd;
-    uint64_t size;
+    int fd = -1;
+    uint64_t size = 0;
     dsp_status st = open_regular(path, &fd, &size);
     if (st) return st;
     if (size == 0) {
@@ -57,39 +59,47 @@ void dsp_file_map_close(dsp_file_map *m) {
     memset(m, 0, sizeof *m);
 }
 
-dsp_status dsp_file_read_all(const char *path, size_t max_bytes, char **out, size_t *len) {
+dsp_status dsp_file_read(const char *path, size_t max_bytes, char **out, size_t *len) {
     *out = NULL;
-    *len = 0;
-    int fd;
-    uint64_t size;
-    dsp_status st = open_regular(path, &fd, &size);
-    if (st) return st;
-    if (size > max_bytes) {
-        close(fd);
-        return dsp_error(DSP_ERR_RANGE, "%s: %llu bytes, more than the %zu allowed for this file", path, (unsigned long long)size,
-                         max_bytes);
-    }
-    char *buf = malloc((size_t)size + 1);
-    if (!buf) {
-        close(fd);
-        return dsp_error(DSP_ERR_NOMEM, "%s: no memory for %llu bytes", path, (unsigned long long)size);
-    }
-    size_t n = 0;
-    while (n < size) {
-        ssize_t r = read(fd, buf + n, (size_t)size - n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = r < 0 ? errno : EIO;
-            close(fd);
-            free(buf);
-            return dsp_error(DSP_ERR_IO, "%s: read failed: %s", path, r < 0 ? strerror(e) : "file shrank while reading");
+    if (len) *len = 0;
+    bool is_stdin = !strcmp(path, "-");
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) return dsp_error(DSP_ERR_IO, "%s: %s", path, strerror(errno));
+    /* read up to one byte past the limit, to tell "exactly max_bytes" from "more" */
+    size_t limit = max_bytes < SIZE_MAX - 1 ? max_bytes + 1 : SIZE_MAX - 1;
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
+    dsp_status st = DSP_OK;
+    for (;;) {
+        if (n == cap) {
+            size_t ncap = !cap ? (limit < 4096 ? limit : 4096) : cap > limit / 2 ? limit : cap * 2;
+            char *nb = realloc(buf, ncap + 1);
+            if (!nb) {
+                st = dsp_error(DSP_ERR_NOMEM, "%s: out of memory after %zu bytes", path, n);
+                break;
+            }
+            buf = nb;
+            cap = ncap;
         }
-        n += (size_t)r;
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (n > max_bytes) {
+            st = dsp_error(DSP_ERR_RANGE, "%s: larger than %zu bytes", path, max_bytes);
+            break;
+        }
+        if (r == 0) {
+            if (ferror(f)) st = dsp_error(DSP_ERR_IO, "%s: read error", path);
+            break;
+        }
     }
-    close(fd);
+    if (!is_stdin) fclose(f);
+    if (st) {
+        free(buf);
+        return st;
+    }
     buf[n] = '\0';
     *out = buf;
-    *len = n;
+    if (len) *len = n;
     return DSP_OK;
 }
 

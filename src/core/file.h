@@ -1,8 +1,8 @@
-/* core/file: read-only file mappings and small whole-file reads, with errors naming the path.
+/* core/file: read-only file mappings and whole-file reads, with errors naming the path.
  *
- * Weight files are mmapped (never read into memory) and live as long as their mapping; JSON side
- * files (config.json, tokenizer.json, ...) are read whole, up to a caller-given size limit that is
- * checked before anything is allocated. */
+ * Weight files are mmapped (never read into memory) and live as long as their mapping; small files
+ * (config.json, tokenizer.json, templates, prompts, contexts) are read whole, up to a caller-given
+ * size limit that is checked before the data grows past it. */
 #ifndef DSP_CORE_FILE_H
 #define DSP_CORE_FILE_H
 
@@ -23,9 +23,10 @@ typedef struct dsp_file_map {
 dsp_status dsp_file_map_open(const char *path, dsp_file_map *m);
 void dsp_file_map_close(dsp_file_map *m);
 
-/* Read a whole regular file into a malloc'd, NUL-terminated buffer. A file larger than max_bytes
- * is DSP_ERR_RANGE (nothing is read). */
-dsp_status dsp_file_read_all(const char *path, size_t max_bytes, char **out, size_t *len);
+/* Read all of `path` ("-" reads standard input) into a malloc'd buffer with a NUL after the last
+ * byte (the data itself may contain NULs); *len (may be NULL) gets the byte count. A file larger
+ * than max_bytes is refused with DSP_ERR_RANGE; errors name the path. Works on pipes too. */
+dsp_status dsp_file_read(const char *path, size_t max_bytes, char **out, size_t *len);
 
 bool dsp_file_is_dir(const char *path);
 bool dsp_file_exists(const char *path); /* a regular file (after following links) */

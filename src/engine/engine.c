@@ -159,7 +159,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     e->max_batch = p.max_batch;
     e->next_id = 1;
     _Static_assert((int)DSP_DEVICE_CPU == (int)DSP_BACKEND_CPU && (int)DSP_DEVICE_CUDA == (int)DSP_BACKEND_CUDA, "device = backend kind");
-    dsp_backend_params bp = {(dsp_backend_kind)p.device, p.n_threads, p.gpu, p.progress};
+    dsp_backend_params bp = {.kind = (dsp_backend_kind)p.device, .n_threads = p.n_threads, .gpu = p.gpu, .progress = p.progress};
     dsp_status st = dsp_backend_create(&bp, &e->be);
     if (st) {
         free(e);
@@ -545,6 +545,34 @@ static void admit(dsp_engine *e) {
     }
 }
 
+/* ---- the round cost model ------------------------------------------------------------------- */
+
+static void fit_round(dsp_engine *e, int rows, double ms) {
+    const double keep = 0.98; /* about the last 50 rounds */
+    e->fit_w = keep * e->fit_w + 1;
+    e->fit_x = keep * e->fit_x + rows;
+    e->fit_y = keep * e->fit_y + ms;
+    e->fit_xx = keep * e->fit_xx + (double)rows * rows;
+    e->fit_xy = keep * e->fit_xy + (double)rows * ms;
+}
+
+/* Rows a round with `decode_rows` decoding rows may take in total, prefill included. */
+static int prefill_budget(const dsp_engine *e, int decode_rows) {
+    int budget = e->batch_tokens;
+    const double w = e->fit_w, var = w * e->fit_xx - e->fit_x * e->fit_x;
+    if (w >= 4 && var > 1e-9 * w * w) {
+        double b = (w * e->fit_xy - e->fit_x * e->fit_y) / var, a = (e->fit_y - b * e->fit_x) / w;
+        if (b > 0) {
+            double base = a + b * decode_rows, rows = decode_rows + (DSP_ENGINE_ITL_FACTOR - 1) * (base > 0 ? base : 0) / b;
+            budget = rows < (double)e->batch_tokens ? (int)rows : e->batch_tokens;
+        }
+    } else {
+        budget = decode_rows + 4 * DSP_ENGINE_MIN_CHUNK; /* no fit yet: small chunks */
+    }
+    if (budget < decode_rows + DSP_ENGINE_MIN_CHUNK) budget = decode_rows + DSP_ENGINE_MIN_CHUNK;
+    return budget < e->batch_tokens ? budget : e->batch_tokens;
+}
+
 static void remove_running(dsp_engine *e, int i) {
     memmove(&e->running[i], &e->running[i + 1], sizeof *e->running * (size_t)(e->n_running - i - 1));
     e->n_running--;
@@ -687,11 +715,12 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         }
         n_seqs++;
     }
-    for (int i = 0; i < e->n_running && n < e->batch_tokens; i++) {
+    const int budget = n > 0 ? prefill_budget(e, n) : e->batch_tokens;
+    for (int i = 0; i < e->n_running && n < budget; i++) {
         dsp_req *r = e->running[i];
         if (r->state != DSP_REQ_PREFILL || n_logits >= e->max_rows) continue;
         uint32_t from = r->kv.n_tokens, left = r->n_prompt - from;
-        uint32_t chunk = left < (uint32_t)(e->batch_tokens - n) ? left : (uint32_t)(e->batch_tokens - n);
+        uint32_t chunk = left < (uint32_t)(budget - n) ? left : (uint32_t)(budget - n);
         r->row0 = n;
         r->n_rows = (int)chunk;
         r->logit0 = -1;
@@ -708,10 +737,12 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         }
         n_seqs++;
     }
+    if ((uint32_t)n_seqs > e->st.peak_running) e->st.peak_running = (uint32_t)n_seqs;
     int n_taps = e->taps ? e->n_taps : 0;
     double t_fwd = now_ms();
     st = dsp_engine_forward(e, n, n_seqs, n_logits, n_taps > 0);
     t_fwd = now_ms() - t_fwd;
+    if (!st) fit_round(e, n, t_fwd);
     e->st.rounds++;
     if (st) { /* the forward failed: every request in it ends with the error */
         for (int i = e->n_running - 1; i >= 0; i--) {

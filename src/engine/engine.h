@@ -7,6 +7,11 @@
  * what it committed and publishes its full committed blocks to the prefix cache. A finished or
  * cancelled request leaves in the same round and its slot is refilled at the next round.
  *
+ * Chunked prefill next to decodes: while requests are decoding, a round's prefill rows are capped
+ * so that the round costs at most DSP_ENGINE_ITL_FACTOR times a decode-only round, from the
+ * engine's online fit of round time against rows (at least DSP_ENGINE_MIN_CHUNK rows, so prefill
+ * always progresses). Alone, a prefill takes the whole --batch-tokens budget.
+ *
  * KV admission control: a request is admitted only when the blocks it may still need (prompt +
  * max_tokens, capped by the context) fit in what is free or evictable after the promises made to
  * the requests already running. So a running request never finds the pool exhausted and is
@@ -24,6 +29,9 @@
 #include "spec/cost.h"
 #include "spec/spec.h"
 #include "tok/tok.h"
+
+#define DSP_ENGINE_ITL_FACTOR 2.5
+#define DSP_ENGINE_MIN_CHUNK 8
 
 typedef enum { DSP_REQ_WAITING = 0, DSP_REQ_PREFILL, DSP_REQ_DECODE } dsp_req_state;
 
@@ -121,6 +129,9 @@ struct dsp_engine {
     dsp_req **done;              /* (max_batch + waiting cancelled) requests to free after the events are read */
     size_t n_done, done_cap;
     dsp_engine_stats st;
+    /* round cost model: ms ~ a + b * rows, fitted online (exponentially weighted least squares) to
+     * keep prefill chunks next to running decodes small enough that their streams do not stall */
+    double fit_w, fit_x, fit_y, fit_xx, fit_xy;
 };
 
 /* Submit with an explicit drafter (tests: drafters that supply q or want taps). The caller keeps

@@ -90,13 +90,13 @@ dsp_status dsp_hub_resolve_cached(const char *s, char **out) {
     if ((st = dsp_hub_repo_dir(&r, &repo))) return st;
     char commit[64] = "";
     if (dsp_hub_is_commit(r.rev)) {
-        snprintf(commit, sizeof commit, "%s", r.rev);
+        snprintf(commit, sizeof commit, "%.40s", r.rev); /* a commit id: 40 hex digits */
     } else {
         char ref[DSP_HUB_MAX_ID + 8];
         snprintf(ref, sizeof ref, "refs/%s", r.rev);
         char *rp = dsp_path_join(repo, ref), *txt = NULL;
         size_t n = 0;
-        st = rp ? dsp_file_read_all(rp, 4096, &txt, &n) : dsp_error(DSP_ERR_NOMEM, "no memory");
+        st = rp ? dsp_file_read(rp, 4096, &txt, &n) : dsp_error(DSP_ERR_NOMEM, "no memory");
         free(rp);
         if (st) {
             dsp_error(DSP_ERR_NOT_FOUND, "%s is not in the Hugging Face cache (%s/%s missing); `dspark pull %s` downloads it", s, repo, ref, s);
@@ -105,7 +105,7 @@ dsp_status dsp_hub_resolve_cached(const char *s, char **out) {
         }
         while (n && (txt[n - 1] == '\n' || txt[n - 1] == '\r' || txt[n - 1] == ' ')) txt[--n] = '\0';
         bool ok = dsp_hub_is_commit(txt);
-        if (ok) snprintf(commit, sizeof commit, "%s", txt);
+        if (ok) snprintf(commit, sizeof commit, "%.40s", txt);
         free(txt);
         if (!ok) {
             free(repo);

@@ -11,7 +11,7 @@ dsp_status dsp_json_load_file(const char *path, size_t max_bytes, json_t **out) 
     *out = NULL;
     char *txt;
     size_t len;
-    dsp_status st = dsp_file_read_all(path, max_bytes, &txt, &len);
+    dsp_status st = dsp_file_read(path, max_bytes, &txt, &len);
     if (st) return st;
     json_error_t je;
     json_t *root = json_loadb(txt, len, JSON_REJECT_DUPLICATES, &je);

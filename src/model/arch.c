@@ -20,6 +20,10 @@ static const arch_desc g_archs[] = {
     {"qwen3", DSP_ARCH_QWEN3, true, false, true},
 };
 
+/* Every dimension the model uses (a hyper-parameter or a product of two) is at most this: the int
+ * fields and the index arithmetic built on them then never wrap. Real models are far below it. */
+#define MAX_DIM (1 << 24)
+
 static dsp_status need_u32(const dsp_gguf *g, const char *arch, const char *suffix, int *out, bool required, int dflt) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -31,7 +35,7 @@ static dsp_status need_u32(const dsp_gguf *g, const char *arch, const char *suff
         return DSP_OK;
     }
     if (st) return st;
-    if (v == 0 || v > (1u << 24)) return dsp_error(DSP_ERR_FORMAT, "metadata key '%s' = %u is out of range", key, v);
+    if (v == 0 || v > MAX_DIM) return dsp_error(DSP_ERR_FORMAT, "metadata key '%s' = %u is out of range", key, v);
     *out = (int)v;
     return DSP_OK;
 }
@@ -73,6 +77,16 @@ dsp_status dsp_arch_load_hparams(const dsp_gguf *g, dsp_hparams *hp) {
         return dsp_error(DSP_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d", arch, hp->n_head, hp->n_head_kv);
     int hd_default = hp->n_embd / hp->n_head;
     if ((st = need_u32(g, arch, "attention.key_length", &hp->head_dim, false, hd_default))) return st;
+    if (hp->head_dim == 0)
+        return dsp_error(DSP_ERR_FORMAT, "%s: head size is 0 (embedding_length %d < head_count %d and no attention.key_length)", arch,
+                         hp->n_embd, hp->n_head);
+    /* the attention widths, in 64 bits: each factor may be up to MAX_DIM */
+    int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    if (q_dim > MAX_DIM || kv_dim > MAX_DIM)
+        return dsp_error(DSP_ERR_FORMAT, "%s: head_count %d (kv %d) x head size %d = %" PRId64 " is larger than %d", arch, hp->n_head,
+                         hp->n_head_kv, hp->head_dim, q_dim, MAX_DIM);
+    hp->q_dim = (int)q_dim;
+    hp->kv_dim = (int)kv_dim;
     int vlen = 0;
     if ((st = need_u32(g, arch, "attention.value_length", &vlen, false, hp->head_dim))) return st;
     if (vlen != hp->head_dim) return dsp_error(DSP_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d", arch, hp->head_dim, vlen);
@@ -102,10 +116,21 @@ dsp_status dsp_arch_load_hparams(const dsp_gguf *g, dsp_hparams *hp) {
     if (!(hp->rope_scale > 0)) return dsp_error(DSP_ERR_FORMAT, "%s: rope scaling factor %g is invalid", arch, hp->rope_scale);
     if (!(hp->rms_eps > 0) || !(hp->rope_base > 0))
         return dsp_error(DSP_ERR_FORMAT, "%s: invalid rms epsilon (%g) or rope base (%g)", arch, hp->rms_eps, hp->rope_base);
+    /* the vocabulary: the tokenizer's, else the embedding's rows (binding checks they agree) */
     const dsp_gguf_kv *toks;
+    uint64_t n_vocab;
     st = dsp_gguf_get_arr(g, "tokenizer.ggml.tokens", DSP_GGUF_STRING, &toks);
-    if (st == DSP_OK) hp->n_vocab = (int)(toks->arr_n > INT32_MAX ? INT32_MAX : toks->arr_n);
-    else if (st != DSP_ERR_NOT_FOUND) return st;
+    if (st == DSP_OK) {
+        n_vocab = toks->arr_n;
+    } else if (st == DSP_ERR_NOT_FOUND) {
+        const dsp_tensor *emb = dsp_gguf_find_tensor(g, "token_embd.weight");
+        if (!emb) return dsp_error(DSP_ERR_FORMAT, "tensor 'token_embd.weight' is missing");
+        n_vocab = emb->ne[1];
+    } else {
+        return st;
+    }
+    if (n_vocab == 0 || n_vocab > INT32_MAX) return dsp_error(DSP_ERR_FORMAT, "vocabulary of %" PRIu64 " tokens is out of range", n_vocab);
+    hp->n_vocab = (int)n_vocab;
     return DSP_OK;
 }
 
@@ -128,9 +153,11 @@ static dsp_status bind(const dsp_gguf *g, const char *name, int64_t ne0, int64_t
 dsp_status dsp_arch_bind_weights(const dsp_gguf *g, const dsp_hparams *hp, dsp_weights *w) {
     memset(w, 0, sizeof *w);
     dsp_status st;
-    const dsp_tensor *emb = dsp_gguf_find_tensor(g, "token_embd.weight");
-    if (!emb) return dsp_error(DSP_ERR_FORMAT, "tensor 'token_embd.weight' is missing");
-    if (hp->n_vocab == 0) ((dsp_hparams *)hp)->n_vocab = (int)emb->ne[1];
+    /* each layer has at least 9 tensors: bound the layer count before sizing anything by it */
+    uint64_t n_tensors = dsp_gguf_n_tensors(g);
+    if ((uint64_t)hp->n_layer > n_tensors / 9)
+        return dsp_error(DSP_ERR_FORMAT, "block_count %d needs at least %" PRIu64 " tensors, the file has %" PRIu64, hp->n_layer,
+                         (uint64_t)hp->n_layer * 9, n_tensors);
     if ((st = bind(g, "token_embd.weight", hp->n_embd, hp->n_vocab, false, &w->tok_embd)) ||
         (st = bind(g, "output_norm.weight", hp->n_embd, 0, false, &w->out_norm)) ||
         (st = bind(g, "output.weight", hp->n_embd, hp->n_vocab, true, &w->output)) ||
@@ -139,7 +166,7 @@ dsp_status dsp_arch_bind_weights(const dsp_gguf *g, const dsp_hparams *hp, dsp_w
     if (!w->output) w->output = w->tok_embd; /* tied embeddings */
     w->layers = calloc((size_t)hp->n_layer, sizeof *w->layers);
     if (!w->layers) return dsp_error(DSP_ERR_NOMEM, "no memory");
-    int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    const int q_dim = hp->q_dim, kv_dim = hp->kv_dim;
     for (int l = 0; l < hp->n_layer; l++) {
         dsp_layer_weights *L = &w->layers[l];
         char n[96];

@@ -21,6 +21,7 @@ typedef struct dsp_hparams {
     int n_layer;
     int n_head, n_head_kv;
     int head_dim;      /* key/value head size */
+    int q_dim, kv_dim; /* n_head * head_dim, n_head_kv * head_dim (products checked at load) */
     int n_ff;
     int n_ctx_train;
     float rms_eps;
@@ -53,7 +54,10 @@ typedef struct dsp_weights {
     dsp_layer_weights *layers;         /* (n_layer) */
 } dsp_weights;
 
-/* Read hyper-parameters for the file's architecture; DSP_ERR_UNSUPPORTED names an unknown one. */
+/* Read hyper-parameters for the file's architecture; DSP_ERR_UNSUPPORTED names an unknown one.
+ * Every dimension (and the products n_head * head_dim, n_head_kv * head_dim) is 1..2^24, so int
+ * arithmetic on them and on a few of them multiplied in size_t cannot wrap; binding then checks
+ * each one against the shape of a tensor the file really holds. */
 dsp_status dsp_arch_load_hparams(const dsp_gguf *g, dsp_hparams *hp);
 /* Bind and shape-check every weight tensor. w->layers is malloc'd (free with dsp_arch_free_weights). */
 dsp_status dsp_arch_bind_weights(const dsp_gguf *g, const dsp_hparams *hp, dsp_weights *w);

@@ -1,7 +1,7 @@
 /* model/chat: the model's chat template (parsed once at load) and dsp_chat_render. */
 #include "model/model.h"
 
-#include "tok/template.h"
+#include "template/template.h"
 
 #include <jansson.h>
 #include <stdlib.h>

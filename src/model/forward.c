@@ -56,6 +56,7 @@ dsp_fwd_params dsp_fwd_default_params(void) {
 dsp_kv_pool *dsp_fwd_kv(dsp_fwd *f) { return &f->kv; }
 dsp_backend *dsp_fwd_backend(dsp_fwd *f) { return f->be; }
 const dsp_buf *dsp_fwd_taps(const dsp_fwd *f) { return f->taps; }
+const dsp_buf *dsp_fwd_logits(const dsp_fwd *f) { return f->logits; }
 uint32_t dsp_fwd_n_ctx(const dsp_fwd *f) { return f->n_ctx; }
 int dsp_fwd_max_batch(const dsp_fwd *f) { return f->max_tokens; }
 int dsp_fwd_max_logits(const dsp_fwd *f) { return f->max_logits; }
@@ -151,13 +152,13 @@ dsp_status dsp_fwd_create(const dsp_model *m, const dsp_fwd_params *pp, dsp_fwd 
     f->max_logits = p.max_logits;
     f->max_taps = p.max_taps;
     f->n_ctx = p.n_ctx;
-    f->q_dim = hp->n_head * hp->head_dim;
-    f->kv_dim = hp->n_head_kv * hp->head_dim;
+    f->q_dim = hp->q_dim;
+    f->kv_dim = hp->kv_dim;
     dsp_status st = DSP_OK;
     if (p.backend) {
         f->be = p.backend;
     } else {
-        dsp_backend_params bp = {DSP_BACKEND_CPU, p.n_threads, 0, false};
+        dsp_backend_params bp = {.kind = DSP_BACKEND_CPU, .n_threads = p.n_threads};
         st = dsp_backend_create(&bp, &f->be);
         f->own_be = true;
     }
@@ -291,7 +292,7 @@ dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const ds
         o->matmul(be, 1, (const dsp_bweight *const *)&f->output, &f->logits, f->h, b->n_logits);
     }
     st = o->end(be);
-    if (!st && b->n_logits > 0) st = o->buf_read(be, f->logits, 0, logits, (size_t)b->n_logits * (size_t)hp->n_vocab);
+    if (!st && b->n_logits > 0 && logits) st = o->buf_read(be, f->logits, 0, logits, (size_t)b->n_logits * (size_t)hp->n_vocab);
     if (!st && nt > 0 && taps) st = o->buf_read(be, f->taps, 0, taps, (size_t)n * (size_t)nt * E);
     if (st) return st;
     /* commit the new lengths: the KV is written */

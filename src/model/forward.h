@@ -52,6 +52,9 @@ dsp_backend *dsp_fwd_backend(dsp_fwd *f);
 int dsp_fwd_max_logits(const dsp_fwd *f);
 /* the backend buffer the last run's taps are in: (n_tokens, n_taps, n_embd) */
 const dsp_buf *dsp_fwd_taps(const dsp_fwd *f);
+/* the backend buffer the last run's logits are in: (n_logits, n_vocab); dsp_fwd_run with logits ==
+ * NULL leaves them there (for the backend's argmax / top_logprobs, without a download) */
+const dsp_buf *dsp_fwd_logits(const dsp_fwd *f);
 uint32_t dsp_fwd_n_ctx(const dsp_fwd *f);
 int dsp_fwd_max_batch(const dsp_fwd *f);
 int dsp_fwd_n_vocab(const dsp_fwd *f);
@@ -65,8 +68,9 @@ dsp_status dsp_fwd_seq_init(dsp_fwd *f, dsp_kv_seq *s); /* empty sequence with c
 /* Run the batch. Preconditions are checked (bad input is an error, nothing is changed): ids in
  * vocabulary, seq indices valid, each sequence's positions consecutive from its KV length, the
  * context limit. On success each sequence's KV length is its last position + 1.
- * logits: (n_logits, n_vocab) in logit_rows order. taps: (n_tokens, n_taps, n_embd) on the host,
- * may be NULL (they stay in dsp_fwd_taps then). */
+ * logits: (n_logits, n_vocab) in logit_rows order on the host, may be NULL (they stay in
+ * dsp_fwd_logits then). taps: (n_tokens, n_taps, n_embd) on the host, may be NULL (they stay in
+ * dsp_fwd_taps then). */
 dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const dsp_batch *b, float *logits, float *taps);
 
 #endif

@@ -135,6 +135,13 @@ static dsp_status read_hparams(dsp_model *m, const json_t *c, dsp_hparams *hp, h
         return dsp_error(DSP_ERR_FORMAT, "num_attention_heads %d is not a multiple of num_key_value_heads %d", hp->n_head, hp->n_head_kv);
     if ((st = cfg_int(c, "head_dim", 1, 65536, false, hp->n_embd / hp->n_head, &hp->head_dim))) return st;
     if (hp->head_dim < 2 || hp->head_dim % 2) return dsp_error(DSP_ERR_FORMAT, "head_dim %d must be even", hp->head_dim);
+    /* the attention widths in 64 bits (each factor is bounded above); the tensors are checked against them */
+    int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    if (q_dim > BIG || kv_dim > BIG)
+        return dsp_error(DSP_ERR_FORMAT, "num_attention_heads %d x head_dim %d = %lld is larger than %lld", hp->n_head, hp->head_dim,
+                         (long long)q_dim, (long long)BIG);
+    hp->q_dim = (int)q_dim;
+    hp->kv_dim = (int)kv_dim;
     hp->rope_dim = hp->head_dim;
     double eps;
     if ((st = cfg_num(c, "rms_norm_eps", 1e-6, &eps))) return st;
@@ -298,7 +305,7 @@ static dsp_status bind_layers(dsp_model *m, const char *prefix, bool permute) {
     dsp_status st;
     w->layers = calloc((size_t)hp->n_layer, sizeof *w->layers);
     if (!w->layers) return dsp_error(DSP_ERR_NOMEM, "no memory");
-    int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t E = hp->n_embd, q_dim = hp->q_dim, kv_dim = hp->kv_dim;
     for (int l = 0; l < hp->n_layer; l++) {
         dsp_layer_weights *L = &w->layers[l];
         char n[160];
@@ -402,7 +409,7 @@ static dsp_status load_chat_template(dsp_model *m, const char *dir, const json_t
     dsp_status st = DSP_OK;
     if (dsp_file_exists(p)) {
         size_t n;
-        st = dsp_file_read_all(p, MAX_CONFIG_BYTES, &m->tmpl_own, &n);
+        st = dsp_file_read(p, MAX_CONFIG_BYTES, &m->tmpl_own, &n);
         if (!st) {
             m->tmpl_src = m->tmpl_own, m->tmpl_len = n;
             snprintf(m->tmpl_origin, sizeof m->tmpl_origin, "chat_template.jinja");

@@ -5,7 +5,7 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "io/hub.h"
-#include "tok/template.h"
+#include "template/template.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -164,11 +164,10 @@ static void prefault(const dsp_model *m) {
     fprintf(stderr, "\n");
 }
 
-/* A GGUF file: metadata, tokenizer, chat template, weights. */
-static dsp_status load_gguf(dsp_model *m, const char *path, const dsp_model_params *params) {
-    dsp_status st = dsp_gguf_open(path, &m->gguf);
-    if (st) return st;
-    st = fill_info(m);
+/* A GGUF (m->gguf, opened by the caller; label names it in messages): metadata, tokenizer, chat
+ * template, then (unless vocab_only) hyper-parameters and weights. */
+static dsp_status load_gguf(dsp_model *m, const char *label, const dsp_model_params *params) {
+    dsp_status st = fill_info(m);
     if (!st && m->tok_model[0]) {
         st = dsp_tok_create_from_gguf(m->gguf, &m->tok);
         if (!st) find_eog(m);
@@ -189,7 +188,7 @@ static dsp_status load_gguf(dsp_model *m, const char *path, const dsp_model_para
         if (!st) st = dsp_arch_bind_weights(m->gguf, &m->hp, &m->w);
         m->has_weights = st == DSP_OK;
     }
-    if (st) dsp_error_prefix("%s", path);
+    if (st) dsp_error_prefix("%s", label);
     return st;
 }
 
@@ -217,7 +216,9 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
         return dsp_error(DSP_ERR_NOMEM, "no memory");
     }
     free(resolved);
-    dsp_status st = dsp_file_is_dir(m->path) ? dsp_hf_load(m, m->path, params) : load_gguf(m, m->path, params);
+    dsp_status st;
+    if (dsp_file_is_dir(m->path)) st = dsp_hf_load(m, m->path, params);
+    else if (!(st = dsp_gguf_open(m->path, &m->gguf))) st = load_gguf(m, m->path, params);
     if (!st) m->info.has_chat_template = m->has_chat_template, m->info.chat_template_origin = m->tmpl_origin;
     if (!st && qtype && m->has_weights) st = dsp_model_quantize(m, qtype, params->n_threads, params->progress);
     if (st) {
@@ -225,6 +226,27 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
         return st;
     }
     if (params->progress && m->has_weights && !qtype) prefault(m);
+    *out = m;
+    return DSP_OK;
+}
+
+dsp_status dsp_model_load_memory(const void *data, size_t size, const char *label, const dsp_model_params *params, dsp_model **out) {
+    *out = NULL;
+    dsp_model_params defaults = dsp_model_default_params();
+    if (!params) params = &defaults;
+    dsp_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(label))) {
+        free(m);
+        return dsp_error(DSP_ERR_NOMEM, "no memory");
+    }
+    dsp_status st = dsp_gguf_open_memory(data, size, &m->gguf);
+    if (st) dsp_error_prefix("%s", label);
+    else st = load_gguf(m, label, params);
+    if (!st) m->info.has_chat_template = m->has_chat_template, m->info.chat_template_origin = m->tmpl_origin;
+    if (st) {
+        dsp_model_destroy(m);
+        return st;
+    }
     *out = m;
     return DSP_OK;
 }

@@ -16,6 +16,8 @@
  * counted in usage.completion_tokens. */
 #include "server/server.h"
 
+#include "core/utf8.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -70,50 +72,16 @@ static bool reject_field(json_t *root, const char *key, const char *why, dsp_srv
     return dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, key, "'%s' is not supported by this server%s", key, why);
 }
 
-/* ---- UTF-8 ---------------------------------------------------------------------------------- */
-
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
-static size_t u8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned min;
-    if ((c & 0xE0) == 0xC0) len = 2, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) len = 3, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) len = 4, min = 0x10000;
-    else return 0;
-    if (len > n) return 0;
-    unsigned cp = c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
 /* A JSON string of bytes that may not be valid UTF-8 (a token piece can be part of a character):
- * invalid bytes become U+FFFD. */
+ * each maximal invalid subsequence becomes U+FFFD, as the tokenizer's decoder does. */
 static json_t *jstr_lossy(const char *p, size_t n) {
     json_t *j = json_stringn(p, n);
     if (j) return j;
-    char *t = malloc(n * 3 + 1);
-    if (!t) return json_string("");
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t l = u8_seq((const unsigned char *)p + i, n - i);
-        if (l) memcpy(t + o, p + i, l), o += l, i += l;
-        else memcpy(t + o, "\xEF\xBF\xBD", 3), o += 3, i++;
-    }
-    j = json_stringn(t, o);
+    size_t tn;
+    char *t = dsp_utf8_sanitize(p, n, &tn);
+    j = t ? json_stringn(t, tn) : NULL;
     free(t);
     return j ? j : json_string("");
-}
-
-static size_t u8_chars(const char *s, size_t n) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return c;
 }
 
 /* ---- request parsing ------------------------------------------------------------------------- */
@@ -127,7 +95,56 @@ bool dsp_srv_model_known(dsp_srv *s, const char *name) {
     return false;
 }
 
-/* messages -> a clean [{role, content}] for the chat template */
+json_t *dsp_srv_text_parts(json_t *content, const char *pname, const char *const *types, dsp_srv_error *e) {
+    if (json_is_string(content)) return json_incref(content);
+    if (!json_is_array(content)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be a string or an array of text parts", pname), NULL;
+    /* text parts joined with newlines (as vLLM) */
+    size_t np = json_array_size(content), total = 0;
+    for (size_t k = 0; k < np; k++) {
+        json_t *part = json_array_get(content, k);
+        json_t *type = json_object_get(part, "type"), *pt = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type))
+            return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s[%zu]' must be an object with a 'type'", pname, k), NULL;
+        bool known = false;
+        for (int t = 0; types[t]; t++) known = known || !strcmp(json_string_value(type), types[t]);
+        if (!known)
+            return dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, pname, "'%s[%zu]': content parts of type '%.32s' are not supported (only '%s')", pname, k,
+                                json_string_value(type), types[0]),
+                   NULL;
+        if (!json_is_string(pt)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s[%zu].text' must be a string", pname, k), NULL;
+        total += json_string_length(pt) + 1;
+    }
+    char *buf = malloc(total + 1);
+    if (!buf) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory"), NULL;
+    size_t o = 0;
+    for (size_t k = 0; k < np; k++) {
+        json_t *pt = json_object_get(json_array_get(content, k), "text");
+        if (k) buf[o++] = '\n';
+        memcpy(buf + o, json_string_value(pt), json_string_length(pt));
+        o += json_string_length(pt);
+    }
+    json_t *text = json_stringn_nocheck(buf, o);
+    free(buf);
+    return text;
+}
+
+/* The function name of the assistant tool call with this id in msgs (the converted history), or NULL. */
+const char *dsp_srv_call_name(json_t *msgs, const char *id) {
+    size_t i, k;
+    json_t *m, *c;
+    json_array_foreach(msgs, i, m) {
+        json_array_foreach(json_object_get(m, "tool_calls"), k, c) {
+            if (!strcmp(json_string_value(json_object_get(c, "id")), id))
+                return json_string_value(json_object_get(json_object_get(c, "function"), "name"));
+        }
+    }
+    return NULL;
+}
+
+static const char *const k_text_types[] = {"text", NULL};
+
+/* OpenAI messages -> the template's messages: {role, content}, assistant tool_calls (arguments as
+ * objects) and tool results {role: "tool", content, tool_call_id, name}. */
 static json_t *parse_messages(json_t *root, dsp_srv_error *e) {
     json_t *msgs = field(root, "messages");
     if (!msgs) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "messages", "'messages' is required"), NULL;
@@ -151,60 +168,57 @@ static json_t *parse_messages(json_t *root, dsp_srv_error *e) {
         }
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer")) rs = "system"; /* OpenAI's newer name for system */
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
-            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be one of system, developer, user, assistant (got '%.64s')", pname, rs);
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool")) {
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be one of system, developer, user, assistant, tool (got '%.64s')", pname, rs);
             goto bad;
         }
-        if (field(m, "tool_calls") || field(m, "function_call")) {
-            snprintf(pname, sizeof pname, "messages[%zu].tool_calls", i);
-            dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, pname, "tool calls are not supported by this server");
+        if (field(m, "function_call")) {
+            snprintf(pname, sizeof pname, "messages[%zu].function_call", i);
+            dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, pname, "'function_call' (deprecated) is not supported: use 'tool_calls'");
             goto bad;
         }
+        json_t *calls = field(m, "tool_calls");
         json_t *content = json_object_get(m, "content");
         snprintf(pname, sizeof pname, "messages[%zu].content", i);
-        json_t *text = NULL;
-        if (json_is_string(content)) {
-            text = json_incref(content);
-        } else if (json_is_array(content)) {
-            /* text parts joined with newlines (as vLLM) */
-            size_t np = json_array_size(content), total = 0;
-            for (size_t k = 0; k < np; k++) {
-                json_t *part = json_array_get(content, k);
-                json_t *type = json_object_get(part, "type"), *pt = json_object_get(part, "text");
-                if (!json_is_object(part) || !json_is_string(type)) {
-                    dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s[%zu]' must be an object with a 'type'", pname, k);
-                    goto bad;
-                }
-                if (strcmp(json_string_value(type), "text")) {
-                    dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, pname, "'%s[%zu]': content parts of type '%.32s' are not supported (only 'text')",
-                                 pname, k, json_string_value(type));
-                    goto bad;
-                }
-                if (!json_is_string(pt)) {
-                    dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s[%zu].text' must be a string", pname, k);
-                    goto bad;
-                }
-                total += json_string_length(pt) + 1;
-            }
-            char *buf = malloc(total + 1);
-            if (!buf) {
-                dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+        json_t *text = (!content || json_is_null(content)) && calls && !strcmp(rs, "assistant") ? json_string("")
+                                                                                               : dsp_srv_text_parts(content, pname, k_text_types, e);
+        if (!text) goto bad;
+        json_t *msg = json_pack("{s:s, s:o}", "role", rs, "content", text);
+        json_array_append_new(out, msg);
+        if (calls) {
+            snprintf(pname, sizeof pname, "messages[%zu].tool_calls", i);
+            if (strcmp(rs, "assistant") || !json_is_array(calls)) {
+                dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be an array, on an assistant message", pname);
                 goto bad;
             }
-            size_t o = 0;
-            for (size_t k = 0; k < np; k++) {
-                json_t *pt = json_object_get(json_array_get(content, k), "text");
-                if (k) buf[o++] = '\n';
-                memcpy(buf + o, json_string_value(pt), json_string_length(pt));
-                o += json_string_length(pt);
+            json_t *tc = json_array();
+            json_object_set_new(msg, "tool_calls", tc);
+            size_t k;
+            json_t *c;
+            json_array_foreach(calls, k, c) {
+                json_t *fn = json_object_get(c, "function"), *id = json_object_get(c, "id");
+                json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+                if (!json_is_string(id) || !json_is_string(name) || !(json_is_string(args) || json_is_object(args))) {
+                    dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname,
+                                 "'%s[%zu]' must be {\"id\": string, \"type\": \"function\", \"function\": {\"name\": string, \"arguments\": string}}",
+                                 pname, k);
+                    goto bad;
+                }
+                json_array_append_new(tc, dsp_srv_tool_call_msg(json_string_value(id), json_string_value(name), args));
             }
-            text = json_stringn_nocheck(buf, o);
-            free(buf);
-        } else {
-            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be a string or an array of text parts", pname);
-            goto bad;
         }
-        json_array_append_new(out, json_pack("{s:s, s:o}", "role", rs, "content", text));
+        if (!strcmp(rs, "tool")) {
+            json_t *id = json_object_get(m, "tool_call_id");
+            snprintf(pname, sizeof pname, "messages[%zu].tool_call_id", i);
+            if (!json_is_string(id)) {
+                dsp_srv_fail(e, DSP_ERR_INVALID_ARG, pname, "'%s' must be the id of the tool call this answers", pname);
+                goto bad;
+            }
+            json_object_set(msg, "tool_call_id", id);
+            json_t *nm = json_object_get(m, "name");
+            const char *fname = json_is_string(nm) ? json_string_value(nm) : dsp_srv_call_name(out, json_string_value(id));
+            if (fname) json_object_set_new(msg, "name", json_string(fname));
+        }
     }
     return out;
 bad:
@@ -214,27 +228,36 @@ bad:
 
 /* Tokenize text into r->prompt; the prompt must leave room for one generated token. */
 static bool tokenize_prompt(dsp_srv *s, const char *text, size_t len, int flags, const char *param, dsp_srv_req *r, dsp_srv_error *e) {
-    size_t cap = len + 4 < s->n_ctx ? len + 4 : s->n_ctx; /* a token covers at least one byte, plus specials */
+    size_t cap = len + 4 < s->n_ctx || r->count_only ? len + 4 : s->n_ctx; /* a token covers at least one byte, plus specials */
     r->prompt = malloc(cap * sizeof *r->prompt);
     if (!r->prompt) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
     size_t n = 0;
     dsp_status st = dsp_tokenize(s->tok, text, len, flags, r->prompt, cap, &n);
-    if (st == DSP_ERR_RANGE || n >= s->n_ctx)
+    if (r->count_only && st == DSP_OK) { /* count_tokens: any length */
+        r->n_prompt = n;
+        return true;
+    }
+    if (st == DSP_ERR_RANGE || n >= s->n_ctx) {
+        e->ctx_tokens = n, e->ctx_limit = s->n_ctx - 1;
         return dsp_srv_fail(e, DSP_SRV_ERR_CONTEXT, param,
-                            "this model's context is %u tokens, but the prompt has %zu tokens (room is needed for at least one "
-                            "generated token); shorten the %s",
+                            "This model's maximum context length is %u tokens, but the prompt has %zu tokens (room is needed for at "
+                            "least one generated token); shorten the %s",
                             s->n_ctx, n, param);
+    }
     if (st) return dsp_srv_fail(e, st, param, "tokenizing the %s: %s", param, dsp_last_error());
     if (n == 0) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, param, "the %s is empty", param);
     r->n_prompt = n;
     return true;
 }
 
-static bool parse_chat_prompt(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
-    json_t *msgs = parse_messages(root, e);
-    if (!msgs) return false;
+bool dsp_srv_chat_prompt(dsp_srv *s, dsp_srv_req *r, json_t *msgs, json_t *kwargs, dsp_srv_error *e) {
     json_t *ctx = json_pack("{s:o, s:b}", "messages", msgs, "add_generation_prompt", 1);
-    char *js = ctx ? json_dumps(ctx, JSON_COMPACT) : NULL;
+    if (!ctx) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+    if (kwargs) json_object_update_missing(ctx, kwargs); /* chat_template_kwargs: more template variables */
+    if (!json_object_get(ctx, "enable_thinking")) json_object_set_new(ctx, "enable_thinking", json_boolean(!s->cfg.no_thinking));
+    bool thinking = json_is_true(json_object_get(ctx, "enable_thinking"));
+    if (r->tools.active) json_object_set(ctx, "tools", r->tools.list);
+    char *js = json_dumps(ctx, JSON_COMPACT);
     json_decref(ctx);
     if (!js) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
     char *rendered = NULL;
@@ -245,10 +268,38 @@ static bool parse_chat_prompt(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_
         if (st == DSP_ERR_TEMPLATE) return dsp_srv_fail(e, st, "messages", "the chat template rejected the messages: %s", dsp_last_error());
         return dsp_srv_fail(e, st == DSP_ERR_NOT_FOUND ? DSP_ERR_UNSUPPORTED : st, "messages", "%s", dsp_last_error());
     }
+    /* reasoning: split <think>...</think> when the template or the reply uses it and thinking is on */
+    size_t t = rlen;
+    while (t && (rendered[t - 1] == '\n' || rendered[t - 1] == ' ')) t--;
+    r->think_start = thinking && t >= 7 && !memcmp(rendered + t - 7, "<think>", 7);
+    r->think = thinking;
+    /* a required tool call: the reply starts with the call opener */
+    dsp_srv_tools_prefix(s, &r->tools, r->prefix, sizeof r->prefix);
+    r->prefix_len = strlen(r->prefix);
+    if (r->prefix_len) {
+        char *nr = realloc(rendered, rlen + r->prefix_len + 1);
+        if (!nr) {
+            free(rendered);
+            return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+        }
+        rendered = nr;
+        memcpy(rendered + rlen, r->prefix, r->prefix_len + 1);
+        rlen += r->prefix_len;
+    }
     /* the template placed BOS and the turn markers itself */
     bool ok = tokenize_prompt(s, rendered, rlen, DSP_TOKENIZE_PARSE_SPECIAL, "messages", r, e);
     free(rendered);
     return ok;
+}
+
+/* tools, tool_choice, parallel_tool_calls (OpenAI chat) into r->tools */
+static bool parse_chat_prompt(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
+    json_t *kw = field(root, "chat_template_kwargs");
+    if (kw && !json_is_object(kw)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (!dsp_srv_tools_parse(s, root, DSP_SRV_DIALECT_CHAT, r, e)) return false;
+    json_t *msgs = parse_messages(root, e);
+    if (!msgs) return false;
+    return dsp_srv_chat_prompt(s, r, msgs, kw, e);
 }
 
 static bool parse_completion_prompt(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
@@ -369,6 +420,58 @@ static uint64_t splitmix(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
+void dsp_srv_req_begin(dsp_srv *s, dsp_srv_req *r, dsp_srv_kind kind) {
+    static const char *const prefix[] = {"chatcmpl", "cmpl", "msg", "resp"};
+    r->kind = kind;
+    uint64_t n = atomic_fetch_add(&s->next_id, 1);
+    uint64_t salt = s->id_salt ^ n;
+    snprintf(r->id, sizeof r->id, "%s-%016llx", prefix[kind], (unsigned long long)splitmix(&salt));
+    if (kind == DSP_SRV_MESSAGES) r->id[3] = '_'; /* Anthropic's msg_... */
+    if (kind == DSP_SRV_RESPONSES) r->id[4] = '_'; /* resp_... */
+    r->created = (int64_t)time(NULL);
+    snprintf(r->model, sizeof r->model, "%s", s->model_id);
+    dsp_gen_params *gp = &r->gp;
+    gp->temperature = 1.0f;
+    gp->top_p = 1.0f;
+    const dsp_gen_params *spec = &s->cfg.spec;
+    gp->mode = spec->mode, gp->max_draft = spec->max_draft, gp->lookup_min_n = spec->lookup_min_n, gp->lookup_max_n = spec->lookup_max_n;
+    gp->dspark_threshold = spec->dspark_threshold, gp->dspark_cumulative = spec->dspark_cumulative, gp->hybrid_min = spec->hybrid_min;
+    gp->draft_sample = spec->draft_sample;
+    uint64_t x = s->id_salt ^ (n * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)dsp_srv_now_ms();
+    gp->seed = splitmix(&x);
+    gp->logprobs = -1;
+}
+
+bool dsp_srv_req_ready(dsp_srv *s, dsp_srv_req *r, dsp_srv_error *e) {
+    /* what the event queue needs at most: every decided token of this request */
+    dsp_gen_params *gp = &r->gp;
+    size_t room = s->n_ctx > r->n_prompt ? s->n_ctx - r->n_prompt : 1;
+    r->max_events = ((size_t)gp->max_tokens < room ? (size_t)gp->max_tokens : room) + DSP_MAX_DRAFT + 2;
+    r->out.toks = malloc(r->max_events * sizeof *r->out.toks);
+    if (gp->logprobs > 0) r->out.top = malloc(r->max_events * (size_t)gp->logprobs * sizeof *r->out.top);
+    if (!r->out.toks || (gp->logprobs > 0 && !r->out.top)) return dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
+    return true;
+}
+
+json_t *dsp_srv_field(json_t *root, const char *key) { return field(root, key); }
+bool dsp_srv_get_num(json_t *root, const char *key, double lo, double hi, bool lo_open, float *out, dsp_srv_error *e) {
+    return get_num(root, key, lo, hi, lo_open, out, e);
+}
+bool dsp_srv_get_int(json_t *root, const char *key, long long lo, long long hi, long long *out, bool *present, dsp_srv_error *e) {
+    return get_int(root, key, lo, hi, out, present, e);
+}
+bool dsp_srv_get_bool(json_t *root, const char *key, bool *out, dsp_srv_error *e) { return get_bool(root, key, out, e); }
+
+bool dsp_srv_check_model(dsp_srv *s, json_t *root, dsp_srv_req *r, dsp_srv_error *e) {
+    json_t *model = field(root, "model");
+    if (model && !json_is_string(model)) return dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "model", "'model' must be a string");
+    if (model && !dsp_srv_model_known(s, json_string_value(model)))
+        return dsp_srv_fail(e, DSP_SRV_ERR_MODEL, "model", "the model '%.128s' does not exist; this server has '%s' (see /v1/models)",
+                            json_string_value(model), s->model_id);
+    if (model) snprintf(r->model, sizeof r->model, "%s", json_string_value(model));
+    return true;
+}
+
 bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size_t len, dsp_srv_req *r, dsp_srv_error *e) {
     json_error_t jerr;
     /* strict: invalid UTF-8, NUL in strings, numbers out of range and trailing garbage are errors */
@@ -379,22 +482,9 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
         dsp_srv_fail(e, DSP_ERR_INVALID_ARG, NULL, "the body must be a JSON object");
         goto out;
     }
-    r->kind = kind;
-    uint64_t n = atomic_fetch_add(&s->next_id, 1);
-    uint64_t salt = s->id_salt ^ n;
-    snprintf(r->id, sizeof r->id, "%s-%016llx", kind == DSP_SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)splitmix(&salt));
-    r->created = (int64_t)time(NULL);
+    dsp_srv_req_begin(s, r, kind);
 
-    json_t *model = field(root, "model");
-    if (model && !json_is_string(model)) {
-        dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "model", "'model' must be a string");
-        goto out;
-    }
-    if (model && !dsp_srv_model_known(s, json_string_value(model))) {
-        dsp_srv_fail(e, DSP_SRV_ERR_MODEL, "model", "the model '%.128s' does not exist; this server has '%s' (see /v1/models)",
-                     json_string_value(model), s->model_id);
-        goto out;
-    }
+    if (!dsp_srv_check_model(s, root, r, e)) goto out;
     json_t *user = field(root, "user");
     if (user && !json_is_string(user)) {
         dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "user", "'user' must be a string");
@@ -403,17 +493,16 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
 
     /* features this server does not have */
     long long nn = 1, best_of = 1;
-    if (!get_int(root, "n", 1, 1000000, &nn, NULL, e)) goto out;
+    if (!get_int(root, "n", INT64_MIN, INT64_MAX, &nn, NULL, e)) goto out;
     if (nn != 1) {
         dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "n", "'n' must be 1: this server generates one choice per request (got %lld)", nn);
         goto out;
     }
-    if (!reject_field(root, "tools", "", e) || !reject_field(root, "functions", "", e) || !reject_field(root, "audio", "", e) ||
+    if (!reject_field(root, "functions", " (deprecated: use 'tools')", e) || !reject_field(root, "audio", "", e) ||
         !reject_field(root, "prediction", "", e))
         goto out;
-    json_t *tc = field(root, "tool_choice");
-    if (tc && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"))) {
-        dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "tool_choice", "'tool_choice' is not supported by this server");
+    if (kind != DSP_SRV_CHAT && (field(root, "tools") || field(root, "tool_choice"))) {
+        dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "tools", "'tools' are for /v1/chat/completions, not /v1/completions");
         goto out;
     }
     json_t *rf = field(root, "response_format");
@@ -441,8 +530,6 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
 
     /* sampling: the model's generation_config.json for fields the request omits, else OpenAI's defaults */
     dsp_gen_params *gp = &r->gp;
-    gp->temperature = 1.0f;
-    gp->top_p = 1.0f;
     {
         dsp_gen_defaults gd;
         dsp_model_gen_defaults(s->model, &gd);
@@ -451,10 +538,6 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
                          (field(root, "repetition_penalty") ? DSP_GEN_HAS_REPETITION_PENALTY : 0);
         dsp_gen_apply_defaults(&gd, given, gp);
     }
-    const dsp_gen_params *spec = &s->cfg.spec;
-    gp->mode = spec->mode, gp->max_draft = spec->max_draft, gp->lookup_min_n = spec->lookup_min_n, gp->lookup_max_n = spec->lookup_max_n;
-    gp->dspark_threshold = spec->dspark_threshold, gp->dspark_cumulative = spec->dspark_cumulative, gp->hybrid_min = spec->hybrid_min;
-    gp->draft_sample = spec->draft_sample;
     long long v = 0;
     bool have = false, have2 = false;
     if (!get_num(root, "temperature", 0, 2, false, &gp->temperature, e) || !get_num(root, "top_p", 0, 1, true, &gp->top_p, e) ||
@@ -467,29 +550,34 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
     if (have) gp->top_k = v < 0 ? 0 : (int32_t)v; /* -1 = off, as vLLM */
     if (!get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &have, e)) goto out;
     if (have) gp->seed = (uint64_t)v;
-    else {
-        uint64_t x = s->id_salt ^ (n * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)dsp_srv_now_ms();
-        gp->seed = splitmix(&x);
-    }
     if (!get_bool(root, "ignore_eos", &gp->ignore_eos, e)) goto out;
+    json_t *dm = field(root, "dspark_mode"); /* extension: this request's speculation mode */
+    if (dm) {
+        const char *m = json_string_value(dm);
+        if (!m || !dsp_spec_mode_from_string(m, &gp->mode)) {
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "dspark_mode", "'dspark_mode' must be 'auto', 'dspark', 'dflash', 'hybrid', 'lookup' or 'baseline'");
+            goto out;
+        }
+    }
+    json_t *dmd = field(root, "dspark_max_draft"); /* extension: a number, or "auto" */
+    if (dmd && json_is_string(dmd) && !strcmp(json_string_value(dmd), "auto")) gp->max_draft = DSP_DRAFT_AUTO;
+    else if (!get_int(root, "dspark_max_draft", 1, DSP_MAX_DRAFT, &v, &have, e)) goto out;
+    else if (have) gp->max_draft = (int32_t)v;
 
     /* length */
     long long mt = s->cfg.default_max_tokens, mct = 0;
-    if (!get_int(root, "max_tokens", 1, INT64_MAX, &mt, &have, e) || !get_int(root, "max_completion_tokens", 1, INT64_MAX, &mct, &have2, e))
-        goto out;
-    if (have2) mt = mct;
-    if (mt > s->cfg.max_tokens_cap) {
-        dsp_srv_fail(e, DSP_ERR_INVALID_ARG, have2 ? "max_completion_tokens" : "max_tokens",
-                     "'%s' is %lld, more than this server allows (%d, --max-tokens-cap)", have2 ? "max_completion_tokens" : "max_tokens", mt,
-                     s->cfg.max_tokens_cap);
+    if (!get_int(root, "max_tokens", 1, s->cfg.max_tokens_cap, &mt, &have, e) ||
+        !get_int(root, "max_completion_tokens", 1, s->cfg.max_tokens_cap, &mct, &have2, e)) {
+        if (strstr(e->message, "between")) /* a range error: say where the upper bound comes from */
+            snprintf(e->message + strlen(e->message), sizeof e->message - strlen(e->message), "; the upper bound is this server's --max-tokens-cap");
         goto out;
     }
+    if (have2) mt = mct;
     gp->max_tokens = (int32_t)mt;
 
     if (!parse_stop(root, r, e) || !parse_logit_bias(s, root, r, e)) goto out;
 
     /* logprobs */
-    gp->logprobs = -1;
     if (kind == DSP_SRV_CHAT) {
         bool lp = false;
         if (!get_bool(root, "logprobs", &lp, e)) goto out;
@@ -515,7 +603,7 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
             dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "echo", "'echo' together with 'logprobs' is not supported (prompt logprobs are not computed)");
             goto out;
         }
-        if (!get_int(root, "best_of", 1, 1000000, &best_of, NULL, e)) goto out;
+        if (!get_int(root, "best_of", INT64_MIN, INT64_MAX, &best_of, NULL, e)) goto out;
         if (best_of != 1) {
             dsp_srv_fail(e, DSP_ERR_UNSUPPORTED, "best_of", "'best_of' must be 1 on this server (got %lld)", best_of);
             goto out;
@@ -528,16 +616,7 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
         if (!parse_completion_prompt(s, root, r, e)) goto out;
     }
 
-    /* what the event queue needs at most: every decided token of this request */
-    size_t room = s->n_ctx - r->n_prompt;
-    r->max_events = ((size_t)gp->max_tokens < room ? (size_t)gp->max_tokens : room) + DSP_MAX_DRAFT + 2;
-    r->toks = malloc(r->max_events * sizeof *r->toks);
-    if (gp->logprobs > 0) r->top = malloc(r->max_events * (size_t)gp->logprobs * sizeof *r->top);
-    if (!r->toks || (gp->logprobs > 0 && !r->top)) {
-        dsp_srv_fail(e, DSP_ERR_NOMEM, NULL, "out of memory");
-        goto out;
-    }
-    ok = true;
+    ok = dsp_srv_req_ready(s, r, e);
 out:
     json_decref(root);
     return ok;
@@ -577,32 +656,32 @@ static json_t *chat_lp_entry(dsp_srv *s, int32_t id, float lp, bool with_top, co
 }
 
 /* tokens [from, to) whose text is visible: a final end-of-generation token is not */
-static size_t visible_end(dsp_srv *s, const dsp_srv_req *r, bool final) {
-    size_t n = r->n_toks;
-    if (final && n > 0 && r->res.finish == DSP_FINISH_STOP) {
-        const dsp_srv_tok *t = &r->toks[n - 1];
-        uint32_t prev = n > 1 ? r->toks[n - 2].text_end : 0;
+static size_t visible_end(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o) {
+    size_t n = o->n_toks;
+    if (o->done && n > 0 && o->res.finish == DSP_FINISH_STOP) {
+        const dsp_srv_tok *t = &o->toks[n - 1];
+        uint32_t prev = n > 1 ? o->toks[n - 2].text_end : 0;
         if (t->text_end == prev && dsp_tokenizer_is_special(s->tok, t->id) && !r->gp.ignore_eos) n--;
     }
     return n;
 }
 
 /* logprobs object for tokens [from, to); text_base: characters before text offset of token from */
-static json_t *logprobs_json(dsp_srv *s, const dsp_srv_req *r, size_t from, size_t to) {
+static json_t *logprobs_json(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, size_t from, size_t to) {
     if (r->kind == DSP_SRV_CHAT) {
         json_t *content = json_array();
         for (size_t i = from; i < to; i++) {
-            const dsp_srv_tok *t = &r->toks[i];
-            json_array_append_new(content, chat_lp_entry(s, t->id, t->logprob, true, r->top ? r->top + t->top_off : NULL, t->n_top));
+            const dsp_srv_tok *t = &o->toks[i];
+            json_array_append_new(content, chat_lp_entry(s, t->id, t->logprob, true, o->top ? o->top + t->top_off : NULL, t->n_top));
         }
         return json_pack("{s:o, s:n}", "content", content, "refusal");
     }
     json_t *tokens = json_array(), *tlp = json_array(), *tops = json_array(), *offs = json_array();
-    size_t base = r->echo_text ? u8_chars(r->echo_text, r->echo_len) : 0;
-    uint32_t prev_end = from > 0 ? r->toks[from - 1].text_end : 0;
-    size_t chars = base + u8_chars(r->text ? r->text : "", prev_end);
+    size_t base = r->echo_text ? dsp_utf8_count(r->echo_text, r->echo_len) : 0;
+    uint32_t prev_end = from > 0 ? o->toks[from - 1].text_end : 0;
+    size_t chars = base + dsp_utf8_count(o->text ? o->text : "", prev_end);
     for (size_t i = from; i < to; i++) {
-        const dsp_srv_tok *t = &r->toks[i];
+        const dsp_srv_tok *t = &o->toks[i];
         size_t n;
         char *p = piece(s, t->id, &n);
         json_array_append_new(tokens, jstr_lossy(p ? p : "", n));
@@ -610,7 +689,7 @@ static json_t *logprobs_json(dsp_srv *s, const dsp_srv_req *r, size_t from, size
         json_array_append_new(tlp, jlogprob(t->logprob));
         json_t *d = json_object();
         for (int32_t k = 0; k < t->n_top; k++) {
-            const dsp_token_logprob *tl = &r->top[t->top_off + (uint32_t)k];
+            const dsp_token_logprob *tl = &o->top[t->top_off + (uint32_t)k];
             char *q = piece(s, tl->token, &n);
             json_t *key = jstr_lossy(q ? q : "", n);
             json_object_setn_new(d, json_string_value(key), json_string_length(key), jlogprob(tl->logprob));
@@ -624,47 +703,120 @@ static json_t *logprobs_json(dsp_srv *s, const dsp_srv_req *r, size_t from, size
         free(p);
         json_array_append_new(tops, d);
         json_array_append_new(offs, json_integer((json_int_t)chars));
-        chars += u8_chars(r->text + prev_end, t->text_end - prev_end);
+        chars += dsp_utf8_count(o->text + prev_end, t->text_end - prev_end);
         prev_end = t->text_end;
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", tlp, "top_logprobs", tops, "text_offset", offs);
 }
 
-static json_t *usage_json(const dsp_srv_req *r) {
-    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)r->res.n_prompt, "completion_tokens",
-                     (json_int_t)r->res.n_generated, "total_tokens", (json_int_t)(r->res.n_prompt + r->res.n_generated),
-                     "prompt_tokens_details", "cached_tokens", (json_int_t)r->res.n_cached);
+static json_t *usage_json(const dsp_srv_out *o) {
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)o->res.n_prompt, "completion_tokens",
+                     (json_int_t)o->res.n_generated, "total_tokens", (json_int_t)(o->res.n_prompt + o->res.n_generated),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)o->res.n_cached);
 }
 
-static const char *finish_reason(const dsp_srv_req *r) { return r->res.finish == DSP_FINISH_LENGTH ? "length" : "stop"; }
+static const char *finish_reason(const dsp_srv_out *o) { return o->res.finish == DSP_FINISH_LENGTH ? "length" : "stop"; }
 
 static json_t *envelope(dsp_srv *s, const dsp_srv_req *r, const char *object) {
     return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", r->id, "object", object, "created", (json_int_t)r->created, "model", s->model_id,
                      "system_fingerprint", s->fingerprint);
 }
 
+json_t *dsp_srv_jstr(const char *p, size_t n) { return jstr_lossy(p, n); }
+
+json_t *dsp_srv_stats_json(const dsp_srv_req *r, const dsp_srv_out *o) {
+    const dsp_gen_result *g = &o->res;
+    double tps = g->decode_ms > 0 ? (double)g->n_generated / (g->decode_ms / 1e3) : 0;
+    double mal = g->n_rounds ? (double)g->n_generated / (double)g->n_rounds : 0;
+    bool drafts = r->gp.mode != DSP_SPEC_BASELINE;
+    return json_pack("{s:s, s:s, s:f, s:I, s:I, s:I, s:f, s:f, s:I}", "mode", dsp_spec_mode_to_string(r->gp.mode), "drafter", drafts ? "lookup" : "none",
+                     "mean_accepted_len", mal, "rounds", (json_int_t)g->n_rounds, "drafted", (json_int_t)g->n_drafted, "accepted",
+                     (json_int_t)g->n_accepted, "decode_tok_per_s", tps, "ttft_ms", o->ttft_ms, "cached_prompt_tokens", (json_int_t)g->n_cached);
+}
+
+/* ---- the reply: opener + text, split into reasoning, content and calls ------------------------------ */
+
+void dsp_srv_reply_make(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, dsp_srv_reply *rep) {
+    memset(rep, 0, sizeof *rep);
+    rep->p = o->text ? o->text : "";
+    rep->n = o->n_text;
+    if (r->prefix_len && (rep->own = malloc(r->prefix_len + o->n_text + 1))) {
+        memcpy(rep->own, r->prefix, r->prefix_len);
+        if (o->n_text) memcpy(rep->own + r->prefix_len, o->text, o->n_text);
+        rep->p = rep->own, rep->n = r->prefix_len + o->n_text;
+    }
+    dsp_srv_split(r, s, rep->p, rep->n, o->done, &rep->parts);
+    if (!o->done || rep->parts.calls >= rep->n) return;
+    if (!dsp_srv_parse_calls(s->tool_family, rep->p + rep->parts.calls, rep->n - rep->parts.calls, &rep->calls)) {
+        rep->parts.c1 = rep->n; /* not calls after all: the model's text, as content */
+        rep->parts.calls = rep->n;
+        return;
+    }
+    if (r->tools.single && rep->calls.n > 1) {
+        for (int i = 1; i < rep->calls.n; i++) free(rep->calls.v[i].name), free(rep->calls.v[i].args);
+        rep->calls.n = 1;
+    }
+    uint64_t seed = 1469598103934665603ULL;
+    for (const char *c = r->id; *c; c++) seed = (seed ^ (unsigned char)*c) * 1099511628211ULL;
+    for (int i = 0; i < rep->calls.n; i++) {
+        dsp_srv_call *c = &rep->calls.v[i];
+        bool ok = c->id[0] && (s->tool_family != DSP_SRV_TOOLS_MISTRAL || strlen(c->id) == 9);
+        if (!ok) dsp_srv_tool_call_id(s->tool_family, seed, i, c->id, sizeof c->id);
+    }
+}
+
+void dsp_srv_reply_free(dsp_srv_reply *rep) {
+    free(rep->own);
+    dsp_srv_calls_free(&rep->calls);
+}
+
+static json_t *tool_calls_json(const dsp_srv_calls *cs) {
+    json_t *arr = json_array();
+    for (int i = 0; i < cs->n; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", cs->v[i].id, "type", "function", "function", "name", cs->v[i].name,
+                                             "arguments", cs->v[i].args));
+    return arr;
+}
+
+/* finish_reason in OpenAI's words */
+static const char *chat_finish(const dsp_srv_out *o, const dsp_srv_reply *rep) {
+    return rep && rep->calls.n ? "tool_calls" : finish_reason(o);
+}
+
 char *dsp_srv_response_json(dsp_srv *s, dsp_srv_req *r) {
-    size_t vis = visible_end(s, r, true);
+    const dsp_srv_out *o = &r->out; /* done: the engine writes no more */
+    size_t vis = visible_end(s, r, o);
     json_t *root = envelope(s, r, r->kind == DSP_SRV_CHAT ? "chat.completion" : "text_completion");
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
+    const char *fin = finish_reason(o);
     if (r->kind == DSP_SRV_CHAT) {
-        json_object_set_new(choice, "message",
-                            json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", jstr_lossy(r->text ? r->text : "", r->n_text), "refusal"));
+        dsp_srv_reply rep;
+        dsp_srv_reply_make(s, r, o, &rep);
+        const dsp_srv_parts *pt = &rep.parts;
+        json_t *msg = json_pack("{s:s}", "role", "assistant");
+        json_object_set_new(msg, "content", pt->c1 > pt->c0 || !rep.calls.n ? jstr_lossy(rep.p + pt->c0, pt->c1 - pt->c0) : json_null());
+        json_object_set_new(msg, "refusal", json_null());
+        if (pt->r1 > pt->r0) json_object_set_new(msg, "reasoning_content", jstr_lossy(rep.p + pt->r0, pt->r1 - pt->r0));
+        if (rep.calls.n) json_object_set_new(msg, "tool_calls", tool_calls_json(&rep.calls));
+        json_object_set_new(choice, "message", msg);
+        fin = chat_finish(o, &rep);
+        dsp_srv_reply_free(&rep);
     } else {
-        size_t n = r->echo_len + r->n_text;
+        size_t n = r->echo_len + o->n_text;
         char *t = malloc(n + 1);
         if (t) {
             if (r->echo_len) memcpy(t, r->echo_text, r->echo_len);
-            if (r->n_text) memcpy(t + r->echo_len, r->text, r->n_text);
+            if (o->n_text) memcpy(t + r->echo_len, o->text, o->n_text);
         }
         json_object_set_new(choice, "text", jstr_lossy(t ? t : "", t ? n : 0));
         free(t);
     }
-    json_object_set_new(choice, "logprobs", r->want_logprobs ? logprobs_json(s, r, 0, vis) : json_null());
-    json_object_set_new(choice, "finish_reason", json_string(finish_reason(r)));
+    json_object_set_new(choice, "logprobs", r->want_logprobs ? logprobs_json(s, r, o, 0, vis) : json_null());
+    json_object_set_new(choice, "finish_reason", json_string(fin));
     json_object_set_new(root, "choices", json_pack("[o]", choice));
-    json_object_set_new(root, "usage", usage_json(r));
+    json_object_set_new(root, "usage", usage_json(o));
+    json_object_set_new(root, "dspark", dsp_srv_stats_json(r, o));
     char *out = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(root);
     return out;
@@ -672,13 +824,7 @@ char *dsp_srv_response_json(dsp_srv *s, dsp_srv_req *r) {
 
 /* ---- streaming --------------------------------------------------------------------------------- */
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n) {
+void dsp_srv_sb_add(dsp_srv_sbuf *b, const char *s, size_t n) {
     if (b->oom) return;
     if (b->n + n + 1 > b->cap) {
         size_t nc = (b->n + n + 1) * 2;
@@ -694,83 +840,154 @@ static void sb_add(sbuf *b, const char *s, size_t n) {
     b->p[b->n] = '\0';
 }
 
-static void sb_event(sbuf *b, json_t *obj) {
-    char *js = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(9));
+void dsp_srv_sb_event(dsp_srv_sbuf *b, const char *name, json_t *obj) {
+    char *js = obj ? json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(obj);
     if (!js) {
         b->oom = true;
         return;
     }
-    sb_add(b, "data: ", 6);
-    sb_add(b, js, strlen(js));
-    sb_add(b, "\n\n", 2);
+    if (name) {
+        dsp_srv_sb_add(b, "event: ", 7);
+        dsp_srv_sb_add(b, name, strlen(name));
+        dsp_srv_sb_add(b, "\n", 1);
+    }
+    dsp_srv_sb_add(b, "data: ", 6);
+    dsp_srv_sb_add(b, js, strlen(js));
+    dsp_srv_sb_add(b, "\n\n", 2);
     free(js);
 }
 
-/* one chunk: text (may be empty), logprobs for tokens [from, to) when asked, finish reason or null */
-static json_t *chunk(dsp_srv *s, const dsp_srv_req *r, const char *text, size_t n, bool role, size_t from, size_t to, const char *fin) {
+/* one chunk of either endpoint: a delta (chat: taken) or text, logprobs for tokens [from, to) when
+ * asked, finish reason or null */
+static json_t *chunk(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, json_t *delta, const char *text, size_t n, size_t from, size_t to,
+                     const char *fin) {
     bool chat = r->kind == DSP_SRV_CHAT;
     json_t *root = envelope(s, r, chat ? "chat.completion.chunk" : "text_completion");
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(0));
-    if (chat) {
-        json_t *delta = json_object();
-        if (role) json_object_set_new(delta, "role", json_string("assistant"));
-        if (n || role) json_object_set_new(delta, "content", jstr_lossy(text, n));
-        json_object_set_new(c, "delta", delta);
-    } else {
-        json_object_set_new(c, "text", jstr_lossy(text, n));
-    }
-    json_object_set_new(c, "logprobs", r->want_logprobs && to > from ? logprobs_json(s, r, from, to) : json_null());
+    if (chat) json_object_set_new(c, "delta", delta ? delta : json_object());
+    else json_object_set_new(c, "text", jstr_lossy(text, n));
+    json_object_set_new(c, "logprobs", r->want_logprobs && to > from ? logprobs_json(s, r, o, from, to) : json_null());
     json_object_set_new(c, "finish_reason", fin ? json_string(fin) : json_null());
     json_object_set_new(root, "choices", json_pack("[o]", c));
     if (r->include_usage) json_object_set_new(root, "usage", json_null());
     return root;
 }
 
-char *dsp_srv_stream_events(dsp_srv *s, dsp_srv_req *r, size_t *tok_from, size_t *text_from, bool *started, bool final, size_t *len) {
-    sbuf b = {0};
-    if (!*started) {
-        *started = true;
-        if (r->kind == DSP_SRV_CHAT) sb_event(&b, chunk(s, r, "", 0, true, 0, 0, NULL));
-        else if (r->echo_len) sb_event(&b, chunk(s, r, r->echo_text, r->echo_len, false, 0, 0, NULL));
+/* tokens [cur->tok_from, k) whose text lies within the first `upto` bytes of the generated text */
+static size_t toks_upto(const dsp_srv_out *o, size_t from, size_t upto) {
+    size_t k = from;
+    while (k < o->n_toks && o->toks[k].text_end <= upto) k++;
+    /* trailing tokens without text wait for their text */
+    while (k > from && o->toks[k - 1].text_end == (k > 1 ? o->toks[k - 2].text_end : 0)) k--;
+    return k;
+}
+
+static void error_event(dsp_srv_sbuf *b, const dsp_srv_out *o) {
+    dsp_srv_error e;
+    if (o->status == DSP_OK || o->status == DSP_ERR_CANCELLED) dsp_srv_fail(&e, DSP_ERR_BUSY, NULL, "the server is shutting down");
+    else dsp_srv_fail(&e, o->status, NULL, "%s", o->error);
+    char *js = dsp_srv_error_json(&e);
+    if (js) {
+        dsp_srv_sb_add(b, "data: ", 6);
+        dsp_srv_sb_add(b, js, strlen(js));
+        dsp_srv_sb_add(b, "\n\n", 2);
+        free(js);
     }
-    if (!final) {
-        if (r->n_text > *text_from) {
+}
+
+static void chat_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, dsp_srv_cursor *cur, dsp_srv_sbuf *b) {
+    if (!cur->started) {
+        cur->started = true;
+        dsp_srv_sb_event(b, NULL, chunk(s, r, o, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, 0, 0, 0, NULL));
+    }
+    bool failed = o->done && (o->status != DSP_OK || o->res.finish == DSP_FINISH_CANCELLED);
+    if (failed) {
+        error_event(b, o);
+        return;
+    }
+    dsp_srv_reply rep;
+    dsp_srv_reply_make(s, r, o, &rep);
+    const dsp_srv_parts *pt = &rep.parts;
+    size_t ra = cur->r_sent > pt->r0 ? cur->r_sent : pt->r0, ca = cur->c_sent > pt->c0 ? cur->c_sent : pt->c0;
+    bool new_r = pt->r1 > ra, new_c = pt->c1 > ca;
+    /* logprobs go with the tokens whose text has been decided (reasoning or content) */
+    size_t decided = pt->c1 > pt->c0 ? pt->c1 : pt->r1;
+    size_t raw = decided > r->prefix_len ? decided - r->prefix_len : 0;
+    if (o->done && !rep.calls.n) raw = o->n_text;
+    size_t k = o->done ? visible_end(s, r, o) : toks_upto(o, cur->tok_from, raw);
+    if (k < cur->tok_from) k = cur->tok_from;
+    if (new_r || new_c || (r->want_logprobs && k > cur->tok_from)) {
+        json_t *delta = json_object();
+        if (new_r) json_object_set_new(delta, "reasoning_content", jstr_lossy(rep.p + ra, pt->r1 - ra));
+        if (new_c) json_object_set_new(delta, "content", jstr_lossy(rep.p + ca, pt->c1 - ca));
+        dsp_srv_sb_event(b, NULL, chunk(s, r, o, delta, NULL, 0, cur->tok_from, k, NULL));
+        if (new_r) cur->r_sent = pt->r1;
+        if (new_c) cur->c_sent = pt->c1;
+        cur->tok_from = k;
+    }
+    if (o->done) {
+        /* tool calls, OpenAI's incremental shape: id, type and name first, then the arguments */
+        for (int i = 0; i < rep.calls.n; i++) {
+            const dsp_srv_call *c = &rep.calls.v[i];
+            json_t *d1 = json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", i, "id", c->id, "type", "function", "function",
+                                   "name", c->name, "arguments", "");
+            dsp_srv_sb_event(b, NULL, chunk(s, r, o, d1, NULL, 0, 0, 0, NULL));
+            json_t *d2 = json_pack("{s:[{s:i, s:{s:s}}]}", "tool_calls", "index", i, "function", "arguments", c->args);
+            dsp_srv_sb_event(b, NULL, chunk(s, r, o, d2, NULL, 0, 0, 0, NULL));
+        }
+        json_t *fin = chunk(s, r, o, NULL, NULL, 0, 0, 0, chat_finish(o, &rep));
+        json_object_set_new(fin, "dspark", dsp_srv_stats_json(r, o));
+        dsp_srv_sb_event(b, NULL, fin);
+    }
+    dsp_srv_reply_free(&rep);
+}
+
+static void completion_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, dsp_srv_cursor *cur, dsp_srv_sbuf *b) {
+    if (!cur->started) {
+        cur->started = true;
+        if (r->echo_len) dsp_srv_sb_event(b, NULL, chunk(s, r, o, NULL, r->echo_text, r->echo_len, 0, 0, NULL));
+    }
+    if (!o->done) {
+        if (o->n_text > cur->text_from) {
             /* tokens up to the last one that produced text; later ones wait for their text */
-            size_t k = r->n_toks;
-            while (k > *tok_from && r->toks[k - 1].text_end == (k > 1 ? r->toks[k - 2].text_end : 0)) k--;
-            sb_event(&b, chunk(s, r, r->text + *text_from, r->n_text - *text_from, false, *tok_from, k, NULL));
-            *text_from = r->n_text;
-            *tok_from = k;
+            size_t k = o->n_toks;
+            while (k > cur->tok_from && o->toks[k - 1].text_end == (k > 1 ? o->toks[k - 2].text_end : 0)) k--;
+            dsp_srv_sb_event(b, NULL, chunk(s, r, o, NULL, o->text + cur->text_from, o->n_text - cur->text_from, cur->tok_from, k, NULL));
+            cur->text_from = o->n_text;
+            cur->tok_from = k;
         }
-    } else {
-        size_t vis = visible_end(s, r, true);
-        if (r->status != DSP_OK || r->res.finish == DSP_FINISH_CANCELLED) {
-            dsp_srv_error e;
-            if (r->status == DSP_OK || r->status == DSP_ERR_CANCELLED) dsp_srv_fail(&e, DSP_ERR_BUSY, NULL, "the server is shutting down");
-            else dsp_srv_fail(&e, r->status, NULL, "%s", r->error);
-            char *js = dsp_srv_error_json(&e);
-            if (js) {
-                sb_add(&b, "data: ", 6);
-                sb_add(&b, js, strlen(js));
-                sb_add(&b, "\n\n", 2);
-                free(js);
-            }
-        } else {
-            if (r->n_text > *text_from || vis > *tok_from)
-                sb_event(&b, chunk(s, r, r->text ? r->text + *text_from : "", r->n_text - *text_from, false, *tok_from, vis, NULL));
-            sb_event(&b, chunk(s, r, "", 0, false, 0, 0, finish_reason(r)));
-            if (r->include_usage) {
-                json_t *u = envelope(s, r, r->kind == DSP_SRV_CHAT ? "chat.completion.chunk" : "text_completion");
-                json_object_set_new(u, "choices", json_array());
-                json_object_set_new(u, "usage", usage_json(r));
-                sb_event(&b, u);
-            }
+        return;
+    }
+    if (o->status != DSP_OK || o->res.finish == DSP_FINISH_CANCELLED) {
+        error_event(b, o);
+        return;
+    }
+    size_t vis = visible_end(s, r, o);
+    if (o->n_text > cur->text_from || vis > cur->tok_from)
+        dsp_srv_sb_event(b, NULL, chunk(s, r, o, NULL, o->text ? o->text + cur->text_from : "", o->n_text - cur->text_from, cur->tok_from, vis, NULL));
+    json_t *fin = chunk(s, r, o, NULL, "", 0, 0, 0, finish_reason(o));
+    json_object_set_new(fin, "dspark", dsp_srv_stats_json(r, o));
+    dsp_srv_sb_event(b, NULL, fin);
+}
+
+char *dsp_srv_stream_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, dsp_srv_cursor *cur, size_t *len) {
+    if (r->kind == DSP_SRV_MESSAGES) return dsp_srv_anthropic_events(s, r, o, cur, len);
+    if (r->kind == DSP_SRV_RESPONSES) return dsp_srv_responses_events(s, r, o, cur, len);
+    dsp_srv_sbuf b = {0};
+    if (r->kind == DSP_SRV_CHAT) chat_events(s, r, o, cur, &b);
+    else completion_events(s, r, o, cur, &b);
+    if (o->done) {
+        if (r->include_usage && o->status == DSP_OK && o->res.finish != DSP_FINISH_CANCELLED) {
+            json_t *u = envelope(s, r, r->kind == DSP_SRV_CHAT ? "chat.completion.chunk" : "text_completion");
+            json_object_set_new(u, "choices", json_array());
+            json_object_set_new(u, "usage", usage_json(o));
+            dsp_srv_sb_event(&b, NULL, u);
         }
-        *text_from = r->n_text;
-        *tok_from = r->n_toks;
-        sb_add(&b, "data: [DONE]\n\n", 14);
+        cur->text_from = o->n_text;
+        cur->tok_from = o->n_toks;
+        dsp_srv_sb_add(&b, "data: [DONE]\n\n", 14);
     }
     if (b.oom) {
         free(b.p);

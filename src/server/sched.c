@@ -49,9 +49,11 @@ void dsp_srv_req_release(dsp_srv_req *r) {
     free(r->echo_text);
     for (int i = 0; i < DSP_MAX_STOP; i++) free(r->stops[i]);
     free(r->bias);
-    free(r->text);
-    free(r->toks);
-    free(r->top);
+    json_decref(r->tools.list);
+    free(r->scripted);
+    free(r->out.text);
+    free(r->out.toks);
+    free(r->out.top);
     free(r);
 }
 
@@ -62,28 +64,28 @@ static void append_token(dsp_srv_req *r, const dsp_token_event *ev) {
     pthread_mutex_lock(&r->mu);
     bool ok = true;
     if (ev->text_len) {
-        if (r->n_text + ev->text_len > r->cap_text) {
-            size_t nc = (r->n_text + ev->text_len) * 2 + 256;
-            char *nt = realloc(r->text, nc);
-            if (nt) r->text = nt, r->cap_text = nc;
+        if (r->out.n_text + ev->text_len > r->out.cap_text) {
+            size_t nc = (r->out.n_text + ev->text_len) * 2 + 256;
+            char *nt = realloc(r->out.text, nc);
+            if (nt) r->out.text = nt, r->out.cap_text = nc;
             else ok = false; /* out of memory: the text is cut, the server goes on */
         }
         if (ok) {
-            memcpy(r->text + r->n_text, ev->text, ev->text_len);
-            r->n_text += ev->text_len;
+            memcpy(r->out.text + r->out.n_text, ev->text, ev->text_len);
+            r->out.n_text += ev->text_len;
         }
     }
-    if (ok && r->n_toks < r->max_events) {
-        dsp_srv_tok *t = &r->toks[r->n_toks++];
+    if (ok && r->out.n_toks < r->max_events) {
+        dsp_srv_tok *t = &r->out.toks[r->out.n_toks++];
         t->id = ev->token;
-        t->text_end = (uint32_t)r->n_text;
+        t->text_end = (uint32_t)r->out.n_text;
         t->logprob = ev->chosen.logprob;
-        t->top_off = (uint32_t)r->n_top_used;
+        t->top_off = (uint32_t)r->out.n_top_used;
         t->n_top = 0;
-        if (r->top && r->gp.logprobs > 0) {
+        if (r->out.top && r->gp.logprobs > 0) {
             int32_t n = ev->n_top < r->gp.logprobs ? ev->n_top : r->gp.logprobs;
-            memcpy(r->top + r->n_top_used, ev->top, (size_t)n * sizeof *ev->top);
-            r->n_top_used += (size_t)n;
+            memcpy(r->out.top + r->out.n_top_used, ev->top, (size_t)n * sizeof *ev->top);
+            r->out.n_top_used += (size_t)n;
             t->n_top = n;
         }
     }
@@ -94,18 +96,21 @@ static void append_token(dsp_srv_req *r, const dsp_token_event *ev) {
 
 static void finish(dsp_srv_req *r, dsp_status st, const char *msg, const dsp_gen_result *res) {
     pthread_mutex_lock(&r->mu);
-    r->status = st;
-    if (msg) snprintf(r->error, sizeof r->error, "%s", msg);
-    if (res) r->res = *res;
+    r->out.status = st;
+    if (msg) snprintf(r->out.error, sizeof r->out.error, "%s", msg);
+    if (res) r->out.res = *res;
     r->t_done = dsp_srv_now_ms();
-    r->state = DSP_SRV_DONE;
+    r->out.ttft_ms = r->t_first > 0 ? r->t_first - r->t_enqueued : 0;
+    r->out.done = true;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }
 
+static const char *const k_kind[] = {"chat", "completion", "messages", "responses"};
+
 static void log_done(const dsp_srv_req *r, dsp_status st, const dsp_gen_result *res) {
     if (st) {
-        fprintf(stderr, "dspark serve: %s failed: %s: %s\n", r->id, dsp_status_to_string(st), r->error);
+        fprintf(stderr, "dspark serve: %s failed: %s: %s\n", r->id, dsp_status_to_string(st), r->out.error);
         return;
     }
     double tps = res->decode_ms > 0 ? (double)res->n_generated / (res->decode_ms / 1e3) : 0;
@@ -116,9 +121,46 @@ static void log_done(const dsp_srv_req *r, dsp_status st, const dsp_gen_result *
     fprintf(stderr,
             "dspark serve: %s %s%s: %zu prompt (%zu cached) + %zu completion tokens, %s, queued %.0f ms, "
             "prefill %.0f ms, decode %.0f ms (%.1f tok/s)%s\n",
-            r->id, r->kind == DSP_SRV_CHAT ? "chat" : "completion", r->stream ? " stream" : "", res->n_prompt, res->n_cached, res->n_generated,
+            r->id, k_kind[r->kind], r->stream ? " stream" : "", res->n_prompt, res->n_cached, res->n_generated,
             dsp_finish_to_string(res->finish), r->t_started - r->t_enqueued, res->prefill_ms, res->decode_ms, tps, spec);
 }
+
+#ifdef DSP_SRV_SCRIPTED
+/* Test-only (dspark_scripted): instead of submitting r, emit r->scripted as if the model had
+ * generated it: its tokens one by one through the real incremental detokenizer and the same
+ * append_token, then an end-of-turn token, then DONE. */
+static void run_scripted(dsp_srv *s, dsp_srv_req *r) {
+    dsp_gen_result res;
+    memset(&res, 0, sizeof res);
+    size_t n = 0, len = strlen(r->scripted);
+    dsp_tokenize(s->tok, r->scripted, len, DSP_TOKENIZE_PARSE_SPECIAL, NULL, 0, &n);
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    dsp_detok_stream *ds = NULL;
+    res.n_prompt = r->n_prompt;
+    res.finish = DSP_FINISH_STOP;
+    if (!ids || dsp_tokenize(s->tok, r->scripted, len, DSP_TOKENIZE_PARSE_SPECIAL, ids, n, &n) || dsp_detok_stream_create(s->tok, 0, &ds)) n = 0;
+    for (size_t i = 0; i < n; i++) {
+        if ((int32_t)res.n_generated >= r->gp.max_tokens) {
+            res.finish = DSP_FINISH_LENGTH;
+            break;
+        }
+        dsp_token_event ev = {.token = ids[i]};
+        dsp_detok_stream_feed(ds, ids[i], &ev.text, &ev.text_len);
+        res.n_generated++, res.n_rounds++;
+        append_token(r, &ev);
+    }
+    if (res.finish == DSP_FINISH_STOP && ds) {
+        dsp_token_event ev = {.token = dsp_tokenizer_eos(s->tok)};
+        dsp_detok_stream_flush(ds, &ev.text, &ev.text_len);
+        res.n_generated++;
+        append_token(r, &ev);
+    }
+    dsp_detok_stream_destroy(ds);
+    free(ids);
+    finish(r, DSP_OK, NULL, &res);
+    log_done(r, DSP_OK, &res);
+}
+#endif
 
 /* Move the inbox into the engine (under q_mu). */
 static void take_inbox(dsp_srv *s, dsp_srv_req **inflight) {
@@ -130,10 +172,17 @@ static void take_inbox(dsp_srv *s, dsp_srv_req **inflight) {
         r->in_queue = false;
         s->q_len--;
         pthread_mutex_lock(&r->mu);
-        r->state = DSP_SRV_RUNNING;
         r->t_started = dsp_srv_now_ms();
         pthread_mutex_unlock(&r->mu);
         dsp_status st = atomic_load(&s->hard_stop) ? DSP_ERR_BUSY : DSP_OK;
+#ifdef DSP_SRV_SCRIPTED
+        if (!st && r->scripted) {
+            run_scripted(s, r);
+            s->n_served++;
+            dsp_srv_req_release(r);
+            continue;
+        }
+#endif
         if (!st) st = dsp_engine_submit(s->engine, r->prompt, r->n_prompt, &r->gp, r, &r->engine_id);
         if (st) {
             finish(r, st, st == DSP_ERR_BUSY ? "the server is shutting down" : dsp_last_error(), NULL);
@@ -147,9 +196,27 @@ static void take_inbox(dsp_srv *s, dsp_srv_req **inflight) {
     }
 }
 
+/* The engine's own numbers for /metrics (metrics.c reads them under q_mu). */
+static void publish_stats(dsp_srv *s) {
+    dsp_engine_stats es;
+    dsp_engine_get_stats(s->engine, &es);
+    pthread_mutex_lock(&s->q_mu);
+    s->engine_stats.kv_valid = true;
+    s->engine_stats.waiting = es.waiting;
+    s->engine_stats.running = es.running;
+    s->engine_stats.kv_blocks_used = es.kv_blocks_used;
+    s->engine_stats.kv_blocks_cached = es.kv_blocks_cached;
+    s->engine_stats.kv_blocks_total = es.kv_blocks;
+    s->engine_stats.prefix_hit_tokens = es.cached_tokens;
+    s->engine_stats.block_tokens = es.block_tokens;
+    s->engine_stats.peak_running = es.peak_running;
+    pthread_mutex_unlock(&s->q_mu);
+}
+
 static void *engine_main(void *arg) {
     dsp_srv *s = arg;
     dsp_srv_req *inflight = NULL; /* submitted to the engine, linked by next (this thread only) */
+    publish_stats(s); /* /health and /metrics show the KV pool before the first round */
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
         while (!s->q_head && !inflight && !s->q_stop) pthread_cond_wait(&s->q_cv, &s->q_mu);
@@ -167,6 +234,7 @@ static void *engine_main(void *arg) {
         size_t n_ev = 0;
         dsp_status st = dsp_engine_step(s->engine, &ev, &n_ev);
         if (st) fprintf(stderr, "dspark serve: engine: %s\n", dsp_last_error());
+        publish_stats(s);
         for (size_t i = 0; i < n_ev; i++) {
             dsp_srv_req *r = ev[i].user;
             if (ev[i].type == DSP_EVENT_TOKEN) {
@@ -177,6 +245,7 @@ static void *engine_main(void *arg) {
             const char *msg = rst ? ev[i].error : NULL;
             finish(r, rst, msg, ev[i].res);
             log_done(r, rst, ev[i].res);
+            if (ev[i].res) dsp_srv_metrics_finished(s, ev[i].res, r->out.ttft_ms); /* ttft_ms: written by finish, on this thread */
             for (dsp_srv_req **pp = &inflight; *pp; pp = &(*pp)->next)
                 if (*pp == r) {
                     *pp = r->next;
@@ -229,7 +298,6 @@ dsp_status dsp_srv_sched_submit(dsp_srv *s, dsp_srv_req *r, dsp_srv_error *e) {
     }
     pthread_mutex_lock(&r->mu);
     r->refs++;
-    r->state = DSP_SRV_QUEUED;
     r->t_enqueued = dsp_srv_now_ms();
     pthread_mutex_unlock(&r->mu);
     r->next = NULL;

@@ -2,6 +2,8 @@
  * thread and the HTTP daemon; tear down in the reverse order. */
 #include "server/server.h"
 
+#include "core/file.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,31 +20,15 @@ void dsp_srv_config_default(dsp_srv_config *c) {
     c->max_queue = 64;
     c->max_body = (size_t)8 << 20;
     c->idle_timeout_s = 60;
+    c->request_timeout_s = 10;
+    c->keepalive_s = 15;
+    c->max_connections_per_client = 32;
     c->shutdown_timeout_s = 10;
     c->max_connections = 256;
     c->spec = dsp_gen_default_params();
     c->spec.mode = DSP_SPEC_AUTO;
     c->cp = dsp_engine_default_params();
     c->cp.max_batch = 8;
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && n < (1L << 24) && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-            } else {
-                buf[n] = '\0';
-            }
-        }
-    }
-    fclose(f);
-    return buf;
 }
 
 dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
@@ -63,9 +49,10 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     atomic_init(&s->next_id, 1);
     s->created = (int64_t)ts.tv_sec;
     *out = s;
+    if (dsp_srv_metrics_create(s)) return DSP_ERR_NOMEM;
 
-    if (cfg->chat_template && !(s->template_src = read_file(cfg->chat_template))) {
-        fprintf(stderr, "dspark serve: cannot read --chat-template %s\n", cfg->chat_template);
+    if (cfg->chat_template && dsp_file_read(cfg->chat_template, (size_t)1 << 24, &s->template_src, NULL)) {
+        fprintf(stderr, "dspark serve: cannot read --chat-template: %s\n", dsp_last_error());
         return DSP_ERR_IO;
     }
 
@@ -104,6 +91,10 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     fprintf(stderr, "dspark serve: engine on %s: %u-token context, up to %d requests per round, KV cache %u tokens%s\n",
             dsp_engine_backend(s->engine), s->n_ctx, cfg->cp.max_batch, es.kv_blocks * es.block_tokens,
             cfg->cp.no_prefix_cache ? " (no prefix cache)" : " with prefix cache");
+    size_t tl = 0;
+    const char *tsrc = s->template_src ? s->template_src : dsp_model_chat_template(s->model, &tl);
+    if (s->template_src) tl = strlen(s->template_src);
+    s->tool_family = dsp_srv_tool_family_of(tsrc, tl);
 
     /* names: the first alias, else the file's base name without .gguf */
     const char *base = strrchr(cfg->model_path, '/');
@@ -120,8 +111,8 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
         return st;
     }
     if ((st = dsp_srv_http_start(s))) return st;
-    fprintf(stderr, "dspark serve: model '%s' (%s, %u-token context) loaded in %.1f s; speculation %s\n", s->model_id, info.arch, s->n_ctx,
-            (dsp_srv_now_ms() - t0) / 1e3, s->spec_json);
+    fprintf(stderr, "dspark serve: model '%s' (%s, %u-token context, tool calls: %s) loaded in %.1f s; speculation %s\n", s->model_id, info.arch,
+            s->n_ctx, dsp_srv_tool_family_name(s->tool_family), (dsp_srv_now_ms() - t0) / 1e3, s->spec_json);
     fprintf(stderr, "dspark serve: listening on http://%s%s%s:%d (OpenAI API under /v1)\n", strchr(cfg->host, ':') ? "[" : "", cfg->host,
             strchr(cfg->host, ':') ? "]" : "", s->port);
     return DSP_OK;
@@ -136,6 +127,7 @@ void dsp_srv_destroy(dsp_srv *s) {
     dsp_engine_destroy(s->engine);
     dsp_model_destroy(s->model);
     free(s->template_src);
+    dsp_srv_metrics_destroy(s);
     pthread_mutex_destroy(&s->q_mu);
     pthread_cond_destroy(&s->q_cv);
     pthread_cond_destroy(&s->idle_cv);

@@ -14,6 +14,7 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "core/utf8.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,101 +24,6 @@
 
 #define MAX_TOKENS (1u << 24)
 #define MAX_TOKEN_BYTES (1u << 16)
-
-/* ---- UTF-8 ---------------------------------------------------------------------------------- */
-
-static const uint8_t k_fffd[3] = {0xEF, 0xBF, 0xBD};
-
-static void utf8_reset(dsp_utf8_state *st) {
-    st->n_pend = st->need = 0;
-    st->lo = 0x80;
-    st->hi = 0xBF;
-}
-
-size_t dsp_utf8_feed(dsp_utf8_state *st, const uint8_t *in, size_t n, uint8_t *out) {
-    size_t o = 0;
-    if (st->lo == 0) utf8_reset(st); /* zero-initialized state */
-    for (size_t i = 0; i < n; i++) {
-        uint8_t b = in[i];
-        if (st->need == 0) {
-            if (b < 0x80) {
-                out[o++] = b;
-            } else if (b >= 0xC2 && b <= 0xDF) {
-                st->need = 1;
-                st->pend[st->n_pend++] = b;
-            } else if (b >= 0xE0 && b <= 0xEF) {
-                if (b == 0xE0) st->lo = 0xA0;
-                if (b == 0xED) st->hi = 0x9F;
-                st->need = 2;
-                st->pend[st->n_pend++] = b;
-            } else if (b >= 0xF0 && b <= 0xF4) {
-                if (b == 0xF0) st->lo = 0x90;
-                if (b == 0xF4) st->hi = 0x8F;
-                st->need = 3;
-                st->pend[st->n_pend++] = b;
-            } else {
-                memcpy(out + o, k_fffd, 3);
-                o += 3;
-            }
-            continue;
-        }
-        if (b < st->lo || b > st->hi) { /* the maximal subpart so far is one U+FFFD; b starts afresh */
-            utf8_reset(st);
-            memcpy(out + o, k_fffd, 3);
-            o += 3;
-            i--;
-            continue;
-        }
-        st->lo = 0x80;
-        st->hi = 0xBF;
-        st->pend[st->n_pend++] = b;
-        if (st->n_pend == st->need + 1) {
-            memcpy(out + o, st->pend, st->n_pend);
-            o += st->n_pend;
-            utf8_reset(st);
-        }
-    }
-    return o;
-}
-
-size_t dsp_utf8_finish(dsp_utf8_state *st, uint8_t *out) {
-    size_t o = 0;
-    if (st->lo != 0 && st->need) {
-        memcpy(out, k_fffd, 3);
-        o = 3;
-    }
-    utf8_reset(st);
-    return o;
-}
-
-bool dsp_utf8_valid(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t need;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) need = 1;
-        else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-        else return false;
-        if (n - i <= need) return false;
-        if (s[i + 1] < lo || s[i + 1] > hi) return false;
-        for (size_t k = 2; k <= need; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return false;
-        i += need + 1;
-    }
-    return true;
-}
-
-static size_t utf8_count(const uint8_t *s, size_t n) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += (s[i] & 0xC0) != 0x80;
-    return c;
-}
 
 /* ---- GPT-2 byte <-> unicode spelling ------------------------------------------------------- */
 
@@ -137,12 +43,8 @@ static void byte_spelling(uint32_t cp_of_byte[256], int16_t byte_of_cp[324]) {
 static size_t unspell(const int16_t byte_of_cp[324], const uint8_t *s, size_t n, uint8_t *out, bool *spelled) {
     size_t o = 0, i = 0;
     while (i < n) {
-        uint32_t cp;
-        size_t l;
-        uint8_t c = s[i];
-        if (c < 0x80) cp = c, l = 1;
-        else if (c < 0xE0 && i + 1 < n) cp = ((uint32_t)(c & 0x1F) << 6) | (s[i + 1] & 0x3F), l = 2;
-        else cp = 0xFFFFFFFF, l = 1;
+        size_t l = dsp_utf8_seq(s + i, n - i);
+        uint32_t cp = l ? dsp_utf8_decode(s + i, l, NULL) : DSP_UTF8_BAD;
         if (cp >= 324 || byte_of_cp[cp] < 0) {
             memcpy(out, s, n);
             *spelled = false;
@@ -281,17 +183,6 @@ static int cmp_u32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-uint32_t dsp_utf8_decode_at(const uint8_t *s, size_t n) {
-    if (n == 0) return 0xFFFFFFFF;
-    uint8_t c = s[0];
-    if (c < 0x80) return c;
-    size_t l = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    if (l > n) return 0xFFFFFFFF;
-    uint32_t cp = c & (0x7F >> l);
-    for (size_t i = 1; i < l; i++) cp = (cp << 6) | (s[i] & 0x3F);
-    return cp;
-}
-
 static bool starts_with(const char *s, const char *p) { return s && !strncmp(s, p, strlen(p)); }
 
 /* <0xXX> (exactly six characters, as HF's ByteFallback decoder reads it) -> the byte, else -1 */
@@ -353,7 +244,8 @@ static dsp_status tok_create(const dsp_tok_params *p, dsp_tok **out) {
     if (t->add_bos && t->bos < 0) t->add_bos = false;
     if (t->add_eos && t->eos < 0) t->add_eos = false;
 
-    /* sizes first, then one blob: text + key + piece, each at most the text's length (+0) */
+    /* sizes first, then one blob: text + key + piece. The key is at most 3x the text (Gemma's
+     * all-space tokens respelled with U+2581), the text and the piece at most 1x. */
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         size_t l = p->token_lens ? p->token_lens[i] : (p->tokens[i] ? strlen(p->tokens[i]) : 0);
@@ -362,7 +254,7 @@ static dsp_status tok_create(const dsp_tok_params *p, dsp_tok **out) {
             st = dsp_error(DSP_ERR_FORMAT, "tokenizer: token %zu is %zu bytes long (limit %u)", i, l, MAX_TOKEN_BYTES);
             goto fail;
         }
-        total += 3 * l;
+        total += 5 * l;
     }
     if (total >= UINT32_MAX) { st = dsp_error(DSP_ERR_FORMAT, "tokenizer: token strings too large (%zu bytes)", total); goto fail; }
     t->blob = malloc(total + 1);
@@ -418,7 +310,7 @@ static dsp_status tok_create(const dsp_tok_params *p, dsp_tok **out) {
         }
         t->key_len[i] = (uint32_t)kl;
         off += kl;
-        t->nchars[i] = (uint32_t)utf8_count(key, kl);
+        t->nchars[i] = (uint32_t)dsp_utf8_count(key, kl);
         /* piece */
         t->piece_off[i] = (uint32_t)off;
         uint8_t *pc = (uint8_t *)t->blob + off;
@@ -544,9 +436,8 @@ static dsp_status tok_create(const dsp_tok_params *p, dsp_tok **out) {
             size_t kl = t->key_len[i];
             for (size_t j = 1; j + 3 <= kl; j++) {
                 if (memcmp(k + j, "\xE2\x96\x81", 3)) continue;
-                size_t b = j - 1;
-                while (b > 0 && (k[b] & 0xC0) == 0x80) b--;
-                uint32_t cp = dsp_utf8_decode_at(k + b, j - b);
+                size_t b = dsp_utf8_prev(k, j);
+                uint32_t cp = dsp_utf8_decode(k + b, j - b, NULL);
                 if (cp == 0x2581) continue;
                 if (t->n_cross == cap) {
                     cap = cap ? 2 * cap : 16;
@@ -837,18 +728,15 @@ dsp_status dsp_tok_ids_push(dsp_tok_ids *ids, int32_t id) {
 
 dsp_status dsp_tok_encode(const dsp_tok *t, const char *text, size_t len, int flags, dsp_tok_ids *out) {
     if (!text && len) return dsp_error(DSP_ERR_INVALID_ARG, "tokenize: text is NULL");
-    if (len > ((size_t)1 << 31)) return dsp_error(DSP_ERR_RANGE, "tokenize: text of %zu bytes is too long (limit 2 GiB)", len);
+    /* the encoder keeps offsets and symbol counts in 32 bits: SPM triples the text (every ' ' becomes
+     * U+2581) and it must still fit */
+    if (len > DSP_TOK_MAX_TEXT) return dsp_error(DSP_ERR_RANGE, "tokenize: text of %zu bytes is too long (limit 1 GiB)", len);
     dsp_status st = DSP_OK;
-    uint8_t *clean = NULL;
-    if (len && !dsp_utf8_valid((const uint8_t *)text, len)) {
-        clean = malloc(3 * len + 4);
+    char *clean = NULL;
+    if (len && !dsp_utf8_valid(text, len)) {
+        clean = dsp_utf8_sanitize(text, len, &len);
         if (!clean) return dsp_error(DSP_ERR_NOMEM, "tokenize: out of memory");
-        dsp_utf8_state us;
-        memset(&us, 0, sizeof us);
-        size_t o = dsp_utf8_feed(&us, (const uint8_t *)text, len, clean);
-        o += dsp_utf8_finish(&us, clean + o);
-        text = (const char *)clean;
-        len = o;
+        text = clean;
     }
     dsp_tok_scratch sc;
     memset(&sc, 0, sizeof sc);

@@ -38,6 +38,7 @@
 #define DSP_TOK_TOK_H
 
 #include "dspark.h"
+#include "core/utf8.h"
 #include "io/gguf.h"
 
 #include <stdbool.h>
@@ -91,6 +92,7 @@ typedef struct dsp_tok_params {
 enum { DSP_TOK_AF_LSTRIP = 1, DSP_TOK_AF_RSTRIP = 2, DSP_TOK_AF_SINGLE_WORD = 4 };
 
 dsp_status dsp_tok_create(const dsp_tok_params *p, dsp_tok **out);
+#define DSP_TOK_MAX_TEXT ((size_t)1 << 30) /* longest text dsp_tok_encode accepts (bytes) */
 /* Reads tokenizer.ggml.* and general.architecture. The tokenizer copies what it needs and does not
  * keep a reference to g. */
 dsp_status dsp_tok_create_from_gguf(const dsp_gguf *g, dsp_tok **out);
@@ -137,18 +139,6 @@ int32_t dsp_tok_find(const dsp_tok *t, const char *s, size_t len);
 
 /* ---- internals shared between tok.c, tok_pre.c, tok_bpe.c ---- */
 
-/* Lossy UTF-8 sanitizer (WHATWG decoder: each maximal invalid subsequence becomes U+FFFD). */
-typedef struct dsp_utf8_state {
-    uint8_t pend[4];
-    uint8_t n_pend, need;
-    uint8_t lo, hi;
-} dsp_utf8_state;
-/* Feed n bytes; appends valid output to out (room for 3*n + 4 bytes needed); returns bytes written. */
-size_t dsp_utf8_feed(dsp_utf8_state *st, const uint8_t *in, size_t n, uint8_t *out);
-/* End of input: an incomplete character becomes U+FFFD. Returns bytes written (0 or 3). */
-size_t dsp_utf8_finish(dsp_utf8_state *st, uint8_t *out);
-/* true if s is valid UTF-8 */
-bool dsp_utf8_valid(const uint8_t *s, size_t n);
 
 /* Pre-tokenizer: an ordered list of PCRE2 regexes applied like HF's Split pre-tokenizers. */
 dsp_status dsp_tok_pre_create(const char *name, dsp_tok_pre **out);

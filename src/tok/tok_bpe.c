@@ -104,10 +104,6 @@ static dsp_status grow_syms(dsp_tok_scratch *sc, size_t n) {
     return DSP_OK;
 }
 
-static size_t utf8_len(uint8_t c) {
-    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-}
-
 /* BPE over one word w[0..n) (valid UTF-8); appends its ids. */
 static dsp_status bpe_word(const dsp_tok *t, dsp_tok_scratch *sc, const char *w, size_t n, dsp_tok_ids *out) {
     dsp_status st;
@@ -122,7 +118,7 @@ static dsp_status bpe_word(const dsp_tok *t, dsp_tok_scratch *sc, const char *w,
     if ((st = grow_syms(sc, n))) return st;
     int32_t ns = 0;
     for (size_t i = 0; i < n;) {
-        size_t cl = t->kind == DSP_TOK_BPE ? 1 : utf8_len((uint8_t)w[i]);
+        size_t cl = t->kind == DSP_TOK_BPE ? 1 : dsp_utf8_len((uint8_t)w[i]);
         if (cl > n - i) cl = n - i;
         int32_t id = t->kind == DSP_TOK_BPE ? t->byte_tok[(uint8_t)w[i]] : dsp_tok_vocab_lookup(t, w + i, cl);
         if (id >= 0) {
@@ -211,9 +207,8 @@ dsp_status dsp_tok_encode_segment(const dsp_tok *t, dsp_tok_scratch *sc, const c
     size_t start = 0;
     for (size_t i = 1; i + 3 <= o; i++) {
         if (w[i] != 0xE2 || w[i + 1] != 0x96 || w[i + 2] != 0x81) continue;
-        size_t b = i - 1;
-        while (b > start && (w[b] & 0xC0) == 0x80) b--;
-        uint32_t cp = dsp_utf8_decode_at(w + b, i - b);
+        size_t b = start + dsp_utf8_prev(w + start, i - start);
+        uint32_t cp = dsp_utf8_decode(w + b, i - b, NULL);
         if (!t->spm_split && (cp == 0x2581 || in_sorted(t->cross_cp, t->n_cross, cp))) continue;
         if ((st = bpe_word(t, sc, sc->norm + start, i - start, out))) return st;
         start = i;

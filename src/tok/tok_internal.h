@@ -80,8 +80,6 @@ typedef struct dsp_tok_scratch {
 } dsp_tok_scratch;
 void dsp_tok_scratch_free(dsp_tok_scratch *sc);
 
-/* The code point of the UTF-8 character at s (n bytes available); 0xFFFFFFFF if truncated. */
-uint32_t dsp_utf8_decode_at(const uint8_t *s, size_t n);
 int32_t dsp_tok_vocab_lookup(const dsp_tok *t, const char *s, size_t n);
 bool dsp_tok_pair_lookup(const dsp_tok *t, int32_t a, int32_t b, uint32_t *rank, int32_t *merged);
 /* Encode one stretch of text that contains no added token. */

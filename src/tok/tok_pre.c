@@ -204,10 +204,6 @@ static dsp_status spans_push(dsp_tok_spans *s, uint32_t off, uint32_t len) {
     return DSP_OK;
 }
 
-static size_t utf8_len(uint8_t c) {
-    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-}
-
 /* One regex over one piece: matches and the gaps between them become pieces of out, a match on
  * its own (isolated), dropped (removed), or joined to the gap before or after it (merged). */
 static dsp_status split_one(const pcre2_code *re, bool jit, dsp_tok_split how, pcre2_match_data *md, const char *text, dsp_tok_span piece,
@@ -235,7 +231,7 @@ static dsp_status split_one(const pcre2_code *re, bool jit, dsp_tok_split how, p
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         PCRE2_SIZE ms = ov[0], me = ov[1];
         if (me <= ms) { /* empty match: step over one character */
-            pos = ms + utf8_len(subj[ms]);
+            pos = ms + dsp_utf8_len(subj[ms]);
             continue;
         }
         switch (how) {

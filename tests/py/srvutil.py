@@ -11,6 +11,8 @@ import time
 import urllib.request
 
 BIN = os.environ.get("DSPARK_BIN", "build/release/dspark")
+# the test-only twin whose requests may carry "dspark_test_output" (CMakeLists.txt)
+SCRIPTED_BIN = os.environ.get("DSPARK_SCRIPTED_BIN", os.path.join(os.path.dirname(BIN), "dspark_scripted"))
 MODELS = os.environ.get("DSP_MODELS", "models")
 MODEL = os.path.join(MODELS, "SmolLM2-135M-Instruct.Q4_1.gguf")
 SANITIZED = "asan" in BIN  # slower: tests keep generations short anyway
@@ -19,10 +21,10 @@ SANITIZED = "asan" in BIN  # slower: tests keep generations short anyway
 class Server:
     """A running `dspark serve`; its stderr goes to a file (self.log())."""
 
-    def __init__(self, *extra, ctx=512):
+    def __init__(self, *extra, ctx=512, binary=None):
         self.logf = tempfile.NamedTemporaryFile(prefix="dspark-serve-", suffix=".log", delete=False)
-        args = [BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "--ctx", str(ctx), "--max-batch", "4",
-                "--timeout", "3", "--shutdown-timeout", "5", *extra]
+        args = [binary or BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "--ctx", str(ctx), "--max-batch", "4",
+                "--timeout", "3", "--request-timeout", "3", "--shutdown-timeout", "5", *extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.logf)
         self.port = None
         deadline = time.time() + 120

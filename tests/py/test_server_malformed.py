@@ -74,7 +74,9 @@ BAD_BODIES = [
     (b'{"messages": [{"role": "user", "content": 42}]}', "messages[0].content", None),
     (b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}', "messages[0].content", None),
     (b'{"messages": [{"role": "user", "content": [{"type": "text"}]}]}', "messages[0].content", None),
-    (b'{"messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]}', "messages[0].role", None),
+    (b'{"messages": [{"role": "tool", "content": "x"}]}', "messages[0].tool_call_id", None),
+    (b'{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": 1}]}]}', "messages[0].tool_calls", None),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}', "tools", None),
     (b'{"messages": [{"role": "user", "content": "\xff\xfe bad utf-8"}]}', None, "invalid_json"),
     (b'{"messages": [{"role": "user", "content": "\xc0\xaf overlong"}]}', None, "invalid_json"),
     (b'{"messages": [{"role": "user", "content": "nul \\u0000 inside"}]}', None, "invalid_json"),
@@ -149,6 +151,15 @@ def test_wrong_types_and_ranges(srv):
             assert param.split("[")[0] in err["message"], err
     for body, param in BAD_COMPLETIONS:
         expect_error(srv, 400, param, COMP, body)
+    # range messages name the bounds that apply: max_tokens up to --max-tokens-cap, n exactly 1
+    for v in (0, 40000, 9223372036854775807):
+        err = expect_error(srv, 400, "max_tokens", COMP, {"prompt": "hi", "max_tokens": v})
+        assert "between 1 and 32768 (got %d)" % v in err["message"] and "--max-tokens-cap" in err["message"], err
+    for v in (0, 2, -1):
+        err = expect_error(srv, 400, "n", COMP, {"prompt": "hi", "n": v})
+        assert "'n' must be 1" in err["message"] and "(got %d)" % v in err["message"], err
+    err = expect_error(srv, 400, "best_of", COMP, {"prompt": "hi", "best_of": 0})
+    assert "must be 1" in err["message"], err
     healthy(srv)
 
 
@@ -166,28 +177,62 @@ def test_routes_methods_models(srv):
     expect_error(srv, 404, "model", CHAT, {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, "model_not_found")
     # a prompt over the context
     expect_error(srv, 400, "prompt", COMP, {"prompt": "word " * 5000, "max_tokens": 1}, "context_length_exceeded")
-    # several requests on one keep-alive connection, the bad one in the middle
+    # one request per connection: every request passes the front door's checks, so a keep-alive
+    # client gets "Connection: close" and reconnects (http clients do this on their own)
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
     try:
-        for body, want in ((json.dumps(OK_BODY).encode(), 200), (b"{bad", 400), (json.dumps(OK_BODY).encode(), 200)):
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-            st, _, resp = read_response(s)
-            assert st == want, resp
+        body = json.dumps(OK_BODY).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        st, hdr, resp = read_response(s)
+        assert st == 200 and hdr.get("connection") == "close", resp
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n{bad")
+        assert read_response(s)[0] is None
+    except (ConnectionResetError, BrokenPipeError):
+        pass
     finally:
         s.close()
     healthy(srv)
 
 
+BROKEN_HTTP = [
+    # (raw request, status, code): every one answered with the error object, never HTML or silence
+    (b"HELLO\r\n\r\n", 400, "invalid_http_request"),
+    (b"\x00\x01\x02\x03\r\n\r\n", 400, "invalid_http_request"),
+    (b"GET /health\r\n\r\n", 400, "invalid_http_request"),
+    (b"GET health HTTP/1.1\r\nHost: x\r\n\r\n", 400, "invalid_http_request"),
+    (b"GET / HTTP/9.9\r\n\r\n", 505, "http_version_not_supported"),
+    (b"GET /health HTTP/1.1\r\n\r\n", 400, "invalid_http_request"),  # HTTP/1.1 without Host
+    (b"GET /health HTTP/1.1\r\nHost: x\r\n folded: header\r\n\r\n", 400, "invalid_http_request"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n", 400, "invalid_http_request"),
+    (b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long"),
+    (b"GET /" + b"a" * 200000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long"),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 200000 + b"\r\n\r\n", 431, "headers_too_large"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 200 + b"\r\n", 431, "headers_too_large"),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", 400, "invalid_http_request"),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n", 400, "invalid_http_request"),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: \r\n\r\n", 400, "invalid_http_request"),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n", 400, "invalid_http_request"),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", 400, "invalid_http_request"),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\nhello", 400, "invalid_http_request"),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 400, "invalid_http_request"),
+]
+
+
 def test_broken_http(srv):
-    for junk in (b"HELLO\r\n\r\n", b"\x00\x01\x02\x03\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"POST /v1/completions HTTP/1.1\r\n" + b"X-Long: " + b"a" * 200000 + b"\r\n\r\n",
-                 b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
-                 b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n",
-                 b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"):
-        try:
-            st, _, _ = raw(srv.port, junk, timeout=10)
-        except (ConnectionResetError, BrokenPipeError):
-            st = None
-        assert st is None or 400 <= st < 500 or st == 505, (junk[:60], st)
+    for junk, status, code in BROKEN_HTTP:
+        st, hdr, body = raw(srv.port, junk, timeout=10)
+        assert st == status, (junk[:60], st, body[:200])
+        assert hdr.get("content-type") == "application/json" and hdr.get("connection") == "close", hdr
+        assert error_of(st, body)["code"] == code, (junk[:60], body)
+    # a malformed chunked body is past the head, where libmicrohttpd decides: a 4xx, never a crash
+    try:
+        st, _, _ = raw(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", timeout=10)
+    except (ConnectionResetError, BrokenPipeError):
+        st = None
+    assert st is None or 400 <= st < 500
+    # HTTP/1.0 needs no Host; HEAD /health has no body
+    st, _, body = raw(srv.port, b"GET /health HTTP/1.0\r\n\r\n")
+    assert st == 200 and json.loads(body)["status"] == "ok"
     healthy(srv)
 
 
@@ -230,15 +275,20 @@ def test_truncated_requests(srv):
                 b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body[:10])):
         st, _, _ = raw(srv.port, cut, timeout=10, shut_wr=True)
         assert st is None
-    # the body stops half way and the client waits: the server gives up after --timeout (3 s)
-    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-    try:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body[:10]))
-        t0 = time.time()
-        st, _, _ = read_response(s)
-        assert st is None and time.time() - t0 < 20
-    finally:
-        s.close()
+    # the head or the body stops half way and the client waits: after --request-timeout (3 s) the
+    # server answers 408 with the error object and closes
+    for cut in (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le",
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body[:10])):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        try:
+            s.sendall(cut)
+            t0 = time.time()
+            st, hdr, resp = read_response(s)
+            assert st == 408 and error_of(st, resp)["code"] == "request_timeout", resp
+            assert hdr["content-type"] == "application/json"
+            assert time.time() - t0 < 20
+        finally:
+            s.close()
     healthy(srv)
 
 
@@ -263,6 +313,8 @@ def test_disconnect_mid_stream(srv):
         time.sleep(0.1)
     line = [ln for ln in log_lines(srv, rid) if "completion tokens" in ln][0]
     assert "cancelled" in line, line
+    # a client going away is normal: no libmicrohttpd error lines about it
+    assert "error generating response" not in srv.log() and "internal error" not in srv.log().lower(), srv.log()[-3000:]
     n = int(re.search(r"\+ (\d+) completion tokens", line).group(1))
     assert n < 40, line
     healthy(srv)
@@ -292,6 +344,55 @@ def test_hundred_dropped_connections(srv):
     assert st == 200
 
 
+def test_idle_and_slow_connections(srv):
+    """500 idle sockets (250 from one address, over its --max-connections-per-client of 32, and 250
+    from ten other loopback addresses, over --max-connections 256) plus a client that trickles its
+    request head a byte at a time: a normal request and /health still answer at once, because the
+    oldest connections still waiting for a head make room; the trickler gets a 408 after
+    --request-timeout (3 s)."""
+    socks = []
+    slow = None
+    try:
+        for i in range(500):
+            c = socket.socket()
+            c.bind(("127.0.0.1" if i < 250 else "127.0.0.%d" % (2 + i % 10), 0))
+            c.settimeout(10)
+            c.connect(("127.0.0.1", srv.port))
+            socks.append(c)
+        slow = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        stop = threading.Event()
+
+        def trickle():
+            for b in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"z" * 1000:
+                if stop.wait(0.05):
+                    return
+                try:
+                    slow.send(bytes([b]))
+                except OSError:
+                    return
+        t = threading.Thread(target=trickle)
+        t.start()
+        time.sleep(0.5)
+        # the issue's bound: a normal request answers in under 1 s (one that needs no generation, so
+        # that a loaded CI machine measures the connection handling, not the model)
+        limit = 10 if SANITIZED else 1.0
+        for req in (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"):
+            t0 = time.time()
+            st, _, body = raw(srv.port, req)
+            assert st == 200 and time.time() - t0 < limit, (req, st, time.time() - t0)
+        healthy(srv)  # and a generation is served too
+        st, _, body = read_response(slow, timeout=30)
+        stop.set()
+        t.join()
+        assert st == 408 and error_of(st, body)["code"] == "request_timeout", body
+    finally:
+        for c in socks:
+            c.close()
+        if slow:
+            slow.close()
+    healthy(srv)
+
+
 def test_queue_full_and_shutdown():
     """--max-queue 1: one request runs, one waits, the next gets a 503. Then SIGTERM with a stream
     in flight: the stream ends properly ([DONE]), the server exits 0 within the shutdown timeout."""
@@ -313,6 +414,17 @@ def test_queue_full_and_shutdown():
         # shutdown: the waiting request is answered (finished or 503), the stream ends with [DONE]
         s.proc.send_signal(signal.SIGTERM)
         t0 = time.time()
+        # while draining, new requests get a 503 with the error object and Retry-After
+        deadline = time.time() + 30
+        while True:
+            st, hdr, body = post(s.port, COMP, OK_BODY)
+            if (st == 503 and b"shutting down" in body) or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        assert st == 503 and error_of(st, body)["type"] == "server_error" and "shutting down" in error_of(st, body)["message"], body
+        assert int(hdr["retry-after"]) > 0
+        st, hdr, body = raw(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert st == 503 and json.loads(body)["status"] == "shutting down" and "retry-after" in hdr
         st, _, body = read_response(waiting, timeout=120)
         assert st in (200, 503), body
         running.settimeout(120)
@@ -327,5 +439,34 @@ def test_queue_full_and_shutdown():
         assert "SIGTERM" in s.log()
         running.close()
         waiting.close()
+    finally:
+        s.close()
+
+
+def test_keepalive_comments_and_new_routes():
+    """A stream waiting behind another request (--max-batch 1) gets SSE comments (--keepalive 1),
+    which clients ignore; GET-only and POST-only routes answer other methods with a 405 error object."""
+    s = Server("--keepalive", "1", "--max-batch", "1")
+    try:
+        long_body = json.dumps({"prompt": "Once upon a time", "max_tokens": 60 if SANITIZED else 300, "temperature": 0, "ignore_eos": True}).encode()
+        busy = socket.create_connection(("127.0.0.1", s.port), timeout=300)
+        busy.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(long_body), long_body))
+        time.sleep(0.3)
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0, "stream": True}).encode()
+        st = socket.create_connection(("127.0.0.1", s.port), timeout=300)
+        st.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        status, _, stream = read_response(st, timeout=300)
+        assert status == 200 and b": keep-alive\n\n" in stream and stream.rstrip().endswith(b"data: [DONE]"), stream[:500]
+        assert read_response(busy, timeout=300)[0] == 200
+        busy.close()
+        st.close()
+        for req, want in ((b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405),
+                          (b"GET /v1/responses HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+                          (b"PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405),
+                          (b"GET /v1/messages/nope HTTP/1.1\r\nHost: x\r\n\r\n", 404)):
+            code, hdr, resp = raw(s.port, req)
+            assert code == want and hdr["content-type"] == "application/json", (req, code, resp)
+        code, hdr, resp = raw(s.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert code == 200 and b"dspark_requests_total" in resp
     finally:
         s.close()

@@ -1,4 +1,4 @@
-"""Oracle test for the chat template interpreter (src/tok/template.c).
+"""Oracle test for the chat template interpreter (src/template/).
 
 Python jinja2, configured the way Hugging Face transformers' apply_chat_template configures it
 (sandboxed, trim_blocks, lstrip_blocks, loopcontrols, {% generation %}, HF's tojson with

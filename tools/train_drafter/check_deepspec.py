@@ -4,7 +4,7 @@ decoding loop with it; compare with this tool's implementation (tools/train_draf
 
     python tools/train_drafter/check_deepspec.py --target T --drafter DIR --work WORK [-n 4]
 
-For n held-out greedy prompts of WORK (the data step's eval split): DeepSpec's
+For the first n held-out prompts of WORK/prompts.jsonl (chat template applied): DeepSpec's
 Qwen3DSparkModel.from_pretrained(DIR) + generate_decoding_sample (greedy, confidence threshold 0)
 must be lossless (its tokens equal the target's greedy answer), and every round's proposed block
 and accepted count must equal what model.Drafter.draft gives on the same context, except where a
@@ -29,12 +29,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", required=True)
     ap.add_argument("--drafter", required=True, help="exported drafter directory")
-    ap.add_argument("--work", required=True, help="train_drafter working directory (held-out data)")
+    ap.add_argument("--work", required=True, help="train_drafter working directory (its prompts.jsonl)")
     ap.add_argument("-n", type=int, default=4, help="held-out prompts to run")
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--deepspec", default=os.path.join(os.path.dirname(HERE), ".cache", "deepspec"))
     ap.add_argument("--json", default=None, help="write the summary here")
+    ap.add_argument("--trace", default=None,
+                    help="write DeepSpec's rounds here, one run per line, in tests/fixtures/drafters' format")
     a = ap.parse_args(argv)
 
     import torch
@@ -44,6 +46,7 @@ def main(argv=None) -> int:
     from model import Drafter
 
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # a CPU check: one thread, no spinning against other loads
     ds = gdf._install_deepspec(a.deepspec)
     target, tok = td.load_target(a.target, torch.device("cpu"))
     ref = ds.Qwen3DSparkModel.from_pretrained(a.drafter, dtype=torch.float32, attn_implementation="sdpa").eval()
@@ -54,15 +57,16 @@ def main(argv=None) -> int:
     mine.eval()
     stop = td.stop_ids(target, tok)
 
-    class A:  # the fields of train_drafter's args that read_data uses
-        work = a.work
-    _, ev = td.read_data(A)
-    ev = [r for r in ev if r["mode"] == "greedy" and not r["source"].startswith("bench")][:a.n]
+    with open(os.path.join(a.work, "prompts.jsonl"), encoding="utf-8") as f:
+        ps = [json.loads(line) for line in f]
+    ps = [p for p in ps if p["split"] == "eval" and not p["source"].startswith("bench")][:a.n]
     rounds = same = skipped = 0
     acc_ref = []
     lossless = True
-    for r in ev:
-        pids = r["ids"][:r["prompt_len"]]
+    traces = []
+    for p in ps:
+        pids = tok(tok.apply_chat_template(p["messages"], add_generation_prompt=True, tokenize=False),
+                   add_special_tokens=False)["input_ids"]
         with torch.inference_mode():
             run = gdf.run_deepspec(ds, target, ref, pids, 0.0, None, max_new=a.max_new, stop=stop)
             ids = torch.tensor(pids + run["output_ids"])
@@ -70,6 +74,10 @@ def main(argv=None) -> int:
                                      eos_token_id=stop, pad_token_id=stop[0])[0, len(pids):].tolist()
             n = min(len(greedy), len(run["output_ids"]))
             lossless &= greedy[:n] == run["output_ids"][:n]
+            traces.append({"format": gdf.FORMAT, "drafter": os.path.basename(os.path.normpath(a.drafter)),
+                           "prompt": f"heldout-{p['id']}", "messages": p["messages"], "prompt_ids": pids,
+                           "threshold": 0.0, "max_draft": None, "max_new_tokens": a.max_new, "stop_ids": stop,
+                           "output_ids": run["output_ids"], "greedy_ids": greedy, "rounds": run["rounds"]})
             taps, _ = td.target_forward(target, ids[None], torch.ones_like(ids)[None], cfg["target_layer_ids"])
             for rd in run["rounds"]:
                 if rd["pos"] >= len(ids):
@@ -82,10 +90,14 @@ def main(argv=None) -> int:
                 if [int(x) for x in drafts[:upto]] == rd["draft"][:upto]:
                     same += 1
                     skipped += bool(low)
-    out = {"prompts": len(ev), "rounds": rounds, "rounds_equal": same, "rounds_with_near_ties": skipped,
+    out = {"prompts": len(ps), "rounds": rounds, "rounds_equal": same, "rounds_with_near_ties": skipped,
            "deepspec_lossless": bool(lossless),
            "deepspec_mean_accepted_len": round(sum(acc_ref) / max(len(acc_ref), 1), 4)}
     print(json.dumps(out))
+    if a.trace:
+        with open(a.trace, "w", encoding="utf-8") as f:
+            for t in traces:
+                f.write(json.dumps(t, ensure_ascii=False, separators=(",", ":")) + "\n")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)

@@ -319,9 +319,8 @@ def block_terms(drafter, target, ids, att, lm, anchors, keep, autocast):
     lab_idx = (anchors[:, :, None] + torch.arange(g, device=ids.device) + 1).clamp(max=T - 1)
     in_answer = torch.gather(lm[:, None, :].expand(-1, anchors.shape[1], -1), 2, lab_idx) > 0.5
     emask = (valid & in_answer & keep[:, :, None]).int().cumprod(-1).bool()
-    pred_idx = lab_idx - 1
-    tl = torch.gather(tlogits[:, None].expand(-1, anchors.shape[1], -1, -1), 2,
-                      pred_idx[..., None].expand(-1, -1, -1, tlogits.shape[-1]))
+    rows = torch.arange(ids.shape[0], device=ids.device)[:, None, None]
+    tl = tlogits[rows, lab_idx - 1]  # the target's distribution for each label position
     return logits, conf, labels, emask, tl
 
 
@@ -361,17 +360,16 @@ def step_train(args, target, tok, device) -> None:
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     state_path = os.path.join(cdir, "state.pt")
-    step, total, elapsed = 0, None, 0.0
+    step, elapsed = 0, 0.0
     gen = torch.Generator().manual_seed(args.seed)
     if os.path.exists(state_path):
         st = torch.load(state_path, map_location=device, weights_only=False)
         drafter.load_state_dict(st["model"], strict=False)
         opt.load_state_dict(st["opt"])
-        step, total, elapsed = st["step"], st["total"], st["elapsed"]
+        step, elapsed = st["step"], st["elapsed"]
         gen.set_state(st["gen"])
         random.setstate(st["py_rng"])
-        total = total or (args.train_steps if step >= min(20, args.train_steps) else None)
-        log(f"train: resumed at step {step}/{total}")
+        log(f"train: resumed at step {step} ({elapsed:.0f} s trained)")
     else:
         random.seed(args.seed)
     tr, ev = read_data(args)
@@ -410,18 +408,26 @@ def step_train(args, target, tok, device) -> None:
         return {"heldout_accept_by_slot": [round(float(x), 4) for x in (acc_sum / n_sum.clamp_min(1))],
                 "heldout_expected_accept_len": round(float(torch.cat(tau).mean()), 4)}
 
-    bar = tqdm(total=total or args.train_steps, initial=step, desc="train", unit="step", mininterval=5)
+    bar = tqdm(total=args.train_steps, initial=step, desc="train", unit="step", mininterval=5)
     t_start = time.time() - elapsed
+
+    def progress() -> float:
+        """Share of the run done: by steps, or by time under --train-seconds (whichever is further);
+        the learning-rate schedule follows it, so a time-bounded run still decays to the end."""
+        p = step / args.train_steps
+        if args.train_seconds:
+            p = max(p, (time.time() - t_start) / args.train_seconds)
+        return min(p, 1.0)
+
+    warm = min(100, args.train_steps // 10 + 1)
     drafter.train()
-    while step < (total or args.train_steps):
+    while progress() < 1.0:
         recs = random.sample(tr, min(args.batch, len(tr)))
         ids, att, lm = make_batch(recs, pad, args.max_len, device)
         anchors, keep = sample_anchors(lm, args.anchors, gen)
         logits, conf, labels, emask, tl = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast)
         loss, s = dspark_loss(logits, tl, conf, labels, emask, **weights)
-        lr_total = total or args.train_steps
-        warm = min(100, lr_total // 10 + 1)
-        lr = args.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / lr_total))))
+        lr = args.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress())))
         for gr in opt.param_groups:
             gr["lr"] = lr
         opt.zero_grad(set_to_none=True)
@@ -430,23 +436,17 @@ def step_train(args, target, tok, device) -> None:
         opt.step()
         step += 1
         bar.update(1)
-        if total is None and step == min(20, args.train_steps):
-            per = (time.time() - t_start) / step
-            total = args.train_steps
-            if args.train_seconds:
-                total = max(step, min(total, int(args.train_seconds / per)))
-            bar.total = total
-            log(f"train: {per * 1000:.0f} ms/step -> {total} steps")
-        if step % args.log_every == 0 or step == total:
+        done = progress() >= 1.0
+        if step % args.log_every == 0 or done:
             row = {"step": step, "lr": lr, "grad_norm": float(gn), "elapsed_s": round(time.time() - t_start, 1)}
             row.update({k: (round(float(v), 5) if v.ndim == 0 else [round(float(x), 4) for x in v]) for k, v in s.items()})
-            if step % args.eval_every == 0 or step == total:
+            if step % args.eval_every == 0 or done:
                 row.update(held_out())
             logf.write(json.dumps(row) + "\n")
             logf.flush()
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc0=f"{row['accept_rate_by_slot'][0]:.2f}")
-        if step % args.ckpt_every == 0 or step == total:
-            torch.save({"model": core_state(drafter), "opt": opt.state_dict(), "step": step, "total": total,
+        if step % args.ckpt_every == 0 or done:
+            torch.save({"model": core_state(drafter), "opt": opt.state_dict(), "step": step,
                         "elapsed": time.time() - t_start, "gen": gen.get_state(), "py_rng": random.getstate()},
                        state_path + ".tmp")
             os.replace(state_path + ".tmp", state_path)
@@ -624,8 +624,9 @@ def parse_args(argv=None):
     g.add_argument("--sample-temp", type=float, default=0.8)
     g.add_argument("--data-seconds", type=float, default=0, help="stop generating after this long (0: no limit)")
     g = ap.add_argument_group("training")
-    g.add_argument("--train-steps", type=int, default=4000)
-    g.add_argument("--train-seconds", type=float, default=0, help="fit the step count to this time (0: no limit)")
+    g.add_argument("--train-steps", type=int, default=4000, help="training steps (the learning-rate schedule's length)")
+    g.add_argument("--train-seconds", type=float, default=0,
+                   help="also stop after this much training time; the schedule then follows the time (0: no limit)")
     g.add_argument("--batch", type=int, default=16)
     g.add_argument("--anchors", type=int, default=64)
     g.add_argument("--max-len", type=int, default=640)

@@ -1,4 +1,4 @@
-/* tok/template: a Jinja2-subset interpreter for chat templates (tokenizer.chat_template).
+/* template: a Jinja2-subset interpreter for chat templates (tokenizer.chat_template).
  *
  * It runs a model's own template the way Hugging Face transformers does (apply_chat_template:
  * jinja2 ImmutableSandboxedEnvironment, trim_blocks=True, lstrip_blocks=True, the loopcontrols
@@ -10,10 +10,15 @@
  * by dsp_tmpl_limits (nesting depth, evaluation steps, output size, memory) and every failure is a
  * DSP_ERR_TEMPLATE status with a message "line N: ..." in dsp_last_error().
  *
+ * The module: tmpl_lexer.c (source -> tokens), tmpl_parser.c (tokens -> tree), tmpl_values.c (the
+ * Python values templates use and their text forms), tmpl_eval.c (expressions, statements, calls),
+ * tmpl_filters.c (filters and tests, one small function each) and template.c (this API), sharing
+ * tmpl_internal.h.
+ *
  * Lifetime: a dsp_tmpl owns its parsed tree (one arena); each render uses its own arena, freed
  * before dsp_tmpl_render returns, so a parsed template can be rendered from several threads. */
-#ifndef DSP_TOK_TEMPLATE_H
-#define DSP_TOK_TEMPLATE_H
+#ifndef DSP_TEMPLATE_TEMPLATE_H
+#define DSP_TEMPLATE_TEMPLATE_H
 
 #include "core/status.h"
 

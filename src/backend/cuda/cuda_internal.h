@@ -1,0 +1,126 @@
+/* backend/cuda/cuda_internal: what the CUDA backend's translation units share (C++ only).
+ *
+ * cuda_backend.cu  the ops table: memory, weights, the KV store, op recording, CUDA graphs
+ * cuda_matmul.cu   weight repacking (pack.h) and the tensor-core matmul for any row count
+ * cuda_kernels.cu  the other ops: embed, norms, RoPE, KV writes, paged attention, elementwise,
+ *                  logits (argmax, top-k log-softmax)
+ *
+ * Every kernel computes each output element with a reduction order fixed by the reduction length
+ * and the weight's shape alone: never by the number of rows, their grouping or the grid (DESIGN.md
+ * §2). Nothing uses atomics. */
+#ifndef DSP_BACKEND_CUDA_INTERNAL_H
+#define DSP_BACKEND_CUDA_INTERNAL_H
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "backend/backend.h"
+}
+#include "backend/cuda/frag.h"
+
+#include <stdint.h>
+
+/* ---- matmul (cuda_matmul.cu) ------------------------------------------------------------------ */
+
+/* A weight matrix in its packed layout (M rows of K, pack.h). */
+typedef struct dsp_cu_mat {
+    dsp_cu_layout L;
+    int64_t M, K, n_tiles, n_groups;
+    int S;             /* warps (k slices) per 16-row tile: chosen from the shape, fixed per weight */
+    uint8_t *d;        /* device, dsp_cu_packed_bytes */
+} dsp_cu_mat;
+
+/* warps per tile for an M x K matrix of layout L (a function of the weight alone: batch invariance) */
+int dsp_cu_mm_slices(const dsp_cu_layout *L, int64_t M, int64_t K);
+/* Repack a raw GGUF matrix already on the device (raw, row_bytes per row) into m->d. */
+cudaError_t dsp_cu_repack(const dsp_cu_mat *m, const uint8_t *raw, size_t row_bytes, cudaStream_t st);
+
+/* Activations of one matmul call: n_rows x K f32 rows -> the B operand units and per-32-block sums.
+ * xp holds n_rows * dsp_cu_x_units(K) 16-byte units; xsum (x_units / 8) blocks of xs_stride floats. */
+typedef struct dsp_cu_xpack {
+    uint4 *xp;
+    float *xsum;
+    int64_t xs_stride;  /* >= rows rounded up to 64 */
+} dsp_cu_xpack;
+/* The preparation of a matmul's input X (n_rows x K), fused with the op(s) that produced it:
+ *   PREP_ADD     src += y                      (a residual add before the norm)
+ *   PREP_NORM    X = w * (src * rsqrt(mean(src^2) + eps))   (w may be NULL)
+ *   PREP_SWIGLU  X = silu(X) * u
+ * then X -> xp / xsum (dsp_cu_xpack). Bit-identical to the separate kernels. */
+enum { DSP_CU_PREP_ADD = 1, DSP_CU_PREP_NORM = 2, DSP_CU_PREP_SWIGLU = 4 };
+typedef struct dsp_cu_prep {
+    int flags;
+    int64_t K, units, xs_stride;
+    float *X, *src;
+    const float *y, *w, *u;
+    float eps;
+    uint4 *xp;
+    float *xsum;
+} dsp_cu_prep;
+cudaError_t dsp_cu_prep_launch(const dsp_cu_prep *a, int n_rows, cudaStream_t st);
+/* y_i = x W_i^T for n (<= 3) matrices of the same K (any types) */
+cudaError_t dsp_cu_matmul(int n, const dsp_cu_mat *const *w, float *const *y, int n_rows, const dsp_cu_xpack *xb,
+                          cudaStream_t st);
+
+/* ---- other ops (cuda_kernels.cu) -------------------------------------------------------------- */
+
+/* The batch as the kernels read it (device arrays, fixed addresses for graph replay). */
+typedef struct dsp_cu_meta {
+    const int32_t *tokens, *pos, *seq, *n_keys;
+    const int32_t *tab_off; /* (n_seqs + 1): block table of seq s is tab[tab_off[s] .. tab_off[s + 1]) */
+    const int32_t *tab;
+} dsp_cu_meta;
+
+/* The KV store: per layer n_blocks x block_tokens x kv_dim 16-bit values (f16 or bf16). */
+typedef struct dsp_cu_kv {
+    int n_layers, kv_dim, block_tokens;
+    uint32_t n_blocks;
+    bool bf16;
+    uint16_t *k, *v;
+} dsp_cu_kv;
+
+/* Attention splits a row's keys into chunks whose length is a function of the row's key count
+ * alone: 64 keys up to 2048 keys (many CTAs for a decode row), beyond that at most 32 chunks
+ * (multiples of 64). */
+static inline __host__ __device__ int dsp_cu_attn_chunk(int n_keys) {
+    return n_keys <= 2048 ? 64 : ((n_keys + 31) / 32 + 63) / 64 * 64;
+}
+static inline __host__ __device__ int dsp_cu_attn_chunks(int n_keys) {
+    return n_keys <= 0 ? 0 : (n_keys + dsp_cu_attn_chunk(n_keys) - 1) / dsp_cu_attn_chunk(n_keys);
+}
+cudaError_t dsp_cu_attn_init(void);
+
+cudaError_t dsp_cu_embed(float *x, const dsp_cu_mat *table, int dim, int n, const dsp_cu_meta *m, cudaStream_t st);
+cudaError_t dsp_cu_rmsnorm(float *out, const float *x, const float *w, int n_rows, int dim, float eps, const int32_t *rows,
+                           cudaStream_t st);
+cudaError_t dsp_cu_add_bias(float *y, const float *b, int n_rows, int dim, cudaStream_t st);
+/* Per head: RMSNorm (norm may be NULL) then RoPE at the batch positions, for hq heads of q and hk
+ * heads of k (either count may be 0); with v, k's heads and v's go to layer `layer` of kv. */
+typedef struct dsp_cu_rope_args {
+    float *q, *k;
+    const float *qnorm, *knorm, *v, *inv_freq;
+    int hq, hk, n, hd, rot, layer;
+    bool neox;
+    float eps, pos_scale, attn_factor;
+    dsp_cu_kv kv;
+} dsp_cu_rope_args;
+cudaError_t dsp_cu_rope(const dsp_cu_rope_args *a, const dsp_cu_meta *m, cudaStream_t st);
+cudaError_t dsp_cu_kv_write(const dsp_cu_kv *kv, int layer, const float *k, const float *v, int n, const dsp_cu_meta *m,
+                            cudaStream_t st);
+/* part: n * n_head * max_chunks * (head_dim + 2) floats of scratch */
+cudaError_t dsp_cu_attention(float *out, const float *q, const dsp_cu_kv *kv, int layer, int n, int n_head, int n_head_kv,
+                             int head_dim, float scale, int max_chunks, int max_chunk_len, float *part, const dsp_cu_meta *m,
+                             cudaStream_t st);
+cudaError_t dsp_cu_add(float *x, const float *y, size_t n, cudaStream_t st);
+cudaError_t dsp_cu_swiglu(float *g, const float *u, size_t n, cudaStream_t st);
+cudaError_t dsp_cu_copy_rows(float *dst, size_t dst_ld, size_t dst_col, const float *src, size_t src_ld, size_t src_col,
+                             int n_rows, size_t width, cudaStream_t st);
+cudaError_t dsp_cu_kv_copy_block(const dsp_cu_kv *kv, uint32_t dst, uint32_t src, cudaStream_t st);
+cudaError_t dsp_cu_argmax(const float *logits, int n_rows, int n_vocab, int32_t *out, cudaStream_t st);
+/* per row: ids/logprobs (k each, descending), lse */
+/* GB/s of a streaming read of `bytes` (median of 5), 0 on failure */
+double dsp_cu_read_bandwidth(size_t bytes, int n_sm, cudaStream_t st);
+cudaError_t dsp_cu_top_logprobs(const float *logits, int n_rows, int n_vocab, int k, int32_t *ids, float *lp, float *lse,
+                                cudaStream_t st);
+
+#endif

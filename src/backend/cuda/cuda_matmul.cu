@@ -1,0 +1,331 @@
+/* backend/cuda/cuda_matmul: y = x W^T on the tensor cores, one kernel for every row count.
+ *
+ * Decode and verify rows (1..64) are memory-bound: the kernel must stream each weight byte once
+ * at close to bandwidth. Prefill rows are compute-bound. One kernel serves both so that a row's
+ * result is bit-identical however many rows share the launch:
+ *
+ *   grid.y  one CTA per 16-row tile of each weight (up to 3 weights of the same input width);
+ *   grid.x  token groups of 8 * NT rows (NT = 1, 2, 4, 8 n-tiles: 8..64 tokens per CTA);
+ *   CTA     S warps, warp w reducing groups [w G / S, (w + 1) G / S) of the k range; S is a
+ *           property of the weight (dsp_cu_mm_slices), never of the batch;
+ *   warp    per 16-wide k step: decode A (16 rows, pack.h/frag.h) in registers, then for each
+ *           n-tile two mma.m16n8k16 (activations hi and lo); quantized blocks accumulate in a
+ *           fresh f32 partial that is scaled into the warp's total at the block's end;
+ *   then    the S partial totals are added in warp order through shared memory.
+ *
+ * Each output element is thus one fixed chain of mma and fma operations determined by the weight's
+ * shape, the type and K: the tensor core computes every (row, token) element of an mma from that
+ * row and token alone, so neither NT, the token group nor the other tokens can change it. No
+ * atomics, no split whose count depends on the batch.
+ *
+ * Weights are read with 16-byte streaming loads (L1::no_allocate: the activations, read by every
+ * warp, stay in L1), U groups at a time so that several loads are in flight per lane. */
+#include "backend/cuda/cuda_internal.h"
+
+#include <stdio.h>
+
+namespace {
+
+template <uint32_t T> struct mmt;
+/* KG: k per group, LB: lane bytes per group, SB: scale bytes, U: groups per load batch */
+#define MMT(type, kg, lb, sb, u)                                                                                         \
+    template <> struct mmt<type> {                                                                                       \
+        static constexpr int KG = kg, LB = lb, SB = sb, U = u;                                                           \
+    };
+MMT(DSP_BF16, 32, 32, 0, 4)
+MMT(DSP_F16, 32, 32, 0, 4)
+MMT(DSP_F32, 32, 64, 0, 2)
+MMT(DSP_Q8_0, 32, 16, 32, 8)
+MMT(DSP_Q4_0, 64, 16, 64, 8)
+MMT(DSP_Q4_1, 64, 16, 128, 8)
+MMT(DSP_Q4_K, 256, 64, 320, 2)
+MMT(DSP_Q5_K, 256, 80, 320, 2)
+MMT(DSP_Q6_K, 256, 96, 320, 2)
+#undef MMT
+
+constexpr int MAX_S = 8;     /* warps per CTA */
+constexpr int RED_LD = 17;   /* shared-memory row stride of the partial sums (bank spread) */
+
+struct mm_mat_arg {
+    const uint8_t *w;
+    float *y;
+    int M, tile0, S;
+};
+
+struct mm_args {
+    mm_mat_arg m[3];
+    int n_mats;
+    int64_t n_groups, x_units, xs_stride;
+    const uint4 *xp;
+    const float *xsum;
+    int n_rows;
+};
+
+__device__ __forceinline__ uint4 ld_stream(const uint8_t *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t byte_of(const uint4 &v, int j) {
+    const uint32_t w = j < 4 ? v.x : j < 8 ? v.y : j < 12 ? v.z : v.w;
+    return (w >> (8 * (j & 3))) & 0xffu;
+}
+__device__ __forceinline__ float f16lo(uint32_t v) { return dsp_cu_f16((uint16_t)v); }
+__device__ __forceinline__ float f16hi(uint32_t v) { return dsp_cu_f16((uint16_t)(v >> 16)); }
+
+/* The scales a lane needs from one group, loaded once per group. */
+struct lane_scales {
+    uint2 a[2];   /* per 32-block (Q8_0, Q4_0, Q4_1) or the d/dmin header (K-quants) */
+    uint4 r0, r1; /* K-quants: the byte scales of rows g and g + 8 */
+};
+
+template <uint32_t T>
+__device__ __forceinline__ void load_scales(const uint8_t *sc, int g, lane_scales &s) {
+    if constexpr (T == DSP_Q8_0) {
+        s.a[0].x = *(const uint32_t *)(sc + 4 * g);
+    } else if constexpr (T == DSP_Q4_0) {
+        s.a[0].x = *(const uint32_t *)(sc + 4 * g);
+        s.a[1].x = *(const uint32_t *)(sc + 32 + 4 * g);
+    } else if constexpr (T == DSP_Q4_1) {
+        s.a[0] = *(const uint2 *)(sc + 8 * g);
+        s.a[1] = *(const uint2 *)(sc + 64 + 8 * g);
+    } else if constexpr (T == DSP_Q4_K || T == DSP_Q5_K || T == DSP_Q6_K) {
+        s.a[0] = *(const uint2 *)(sc + 8 * g);
+        s.r0 = *(const uint4 *)(sc + 64 + 16 * g);
+        s.r1 = *(const uint4 *)(sc + 64 + 16 * (g + 8));
+    }
+}
+
+/* The factors of block `b` of the group (the device twin of dsp_cu_block_scale, from registers). */
+template <uint32_t T>
+__device__ __forceinline__ void block_scale(const lane_scales &s, int b, float mul[2], float add[2]) {
+    add[0] = add[1] = 0.0f;
+    if constexpr (T == DSP_Q8_0 || T == DSP_Q4_0) {
+        mul[0] = f16lo(s.a[b].x), mul[1] = f16hi(s.a[b].x);
+    } else if constexpr (T == DSP_Q4_1) {
+        mul[0] = f16lo(s.a[b].x), mul[1] = f16hi(s.a[b].x);
+        add[0] = f16lo(s.a[b].y), add[1] = f16hi(s.a[b].y);
+    } else if constexpr (T == DSP_Q4_K || T == DSP_Q5_K) {
+        mul[0] = f16lo(s.a[0].x) * (float)byte_of(s.r0, b);
+        mul[1] = f16lo(s.a[0].y) * (float)byte_of(s.r1, b);
+        add[0] = -(f16hi(s.a[0].x) * (float)byte_of(s.r0, 8 + b));
+        add[1] = -(f16hi(s.a[0].y) * (float)byte_of(s.r1, 8 + b));
+    } else if constexpr (T == DSP_Q6_K) {
+        mul[0] = f16lo(s.a[0].x) * (float)(int8_t)byte_of(s.r0, b);
+        mul[1] = f16lo(s.a[0].y) * (float)(int8_t)byte_of(s.r1, b);
+    }
+}
+
+template <uint32_t T> constexpr bool has_min() { return T == DSP_Q4_1 || T == DSP_Q4_K || T == DSP_Q5_K; }
+template <uint32_t T> constexpr bool is_float() { return T == DSP_BF16 || T == DSP_F16 || T == DSP_F32; }
+template <uint32_t T> constexpr int block_steps() { return is_float<T>() ? 0 : T == DSP_Q6_K ? 1 : 2; }
+
+template <uint32_t T, int NT>
+__global__ void __launch_bounds__(MAX_S * 32) mm_kernel(const mm_args a) {
+    using C = mmt<T>;
+    constexpr int STEPS = C::KG / 16, BST = block_steps<T>(), NV = C::LB / 16;
+    constexpr int64_t GB = 32 * C::LB + C::SB;
+    /* fewer groups in flight when many n-tiles hold registers (and compute hides the latency) */
+    constexpr int U = NT >= 8 ? (C::U >= 4 ? C::U / 4 : 1) : NT >= 4 ? (C::U >= 2 ? C::U / 2 : 1) : C::U;
+    const int bx = blockIdx.y; /* the tile; blockIdx.x, the token group, varies fastest: the CTAs that
+                                * read the same weight tile run together and share it through L2 */
+    const int mi = (a.n_mats > 2 && bx >= a.m[2].tile0) ? 2 : (a.n_mats > 1 && bx >= a.m[1].tile0) ? 1 : 0;
+    const uint8_t *W = mi == 0 ? a.m[0].w : mi == 1 ? a.m[1].w : a.m[2].w;
+    float *Y = mi == 0 ? a.m[0].y : mi == 1 ? a.m[1].y : a.m[2].y;
+    const int M = mi == 0 ? a.m[0].M : mi == 1 ? a.m[1].M : a.m[2].M;
+    const int S = mi == 0 ? a.m[0].S : mi == 1 ? a.m[1].S : a.m[2].S;
+    const int tile = bx - (mi == 0 ? a.m[0].tile0 : mi == 1 ? a.m[1].tile0 : a.m[2].tile0);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tok0 = blockIdx.x * NT * 8;
+    extern __shared__ float red[]; /* [S][NT * 8 tokens][RED_LD] */
+
+    float tot[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) tot[nt][0] = tot[nt][1] = tot[nt][2] = tot[nt][3] = 0.0f;
+
+    if (warp < S) {
+        const int64_t G = a.n_groups;
+        const int64_t c0 = warp * G / S, c1 = (warp + 1) * G / S;
+        const uint8_t *tp = W + (int64_t)tile * G * GB;
+        const uint4 *xrow[NT];
+        bool tok_ok[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const int tok = tok0 + 8 * nt + g;
+            tok_ok[nt] = tok < a.n_rows;
+            xrow[nt] = a.xp + (int64_t)(tok_ok[nt] ? tok : 0) * a.x_units;
+        }
+        for (int64_t c = c0; c < c1; c += U) {
+            uint4 wv[U][NV];
+            lane_scales sc[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (c + u < c1) {
+                    const uint8_t *gp = tp + (c + u) * GB;
+#pragma unroll
+                    for (int i = 0; i < NV; i++) wv[u][i] = ld_stream(gp + lane * C::LB + 16 * i);
+                    if constexpr (C::SB > 0) load_scales<T>(gp + 32 * C::LB, g, sc[u]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (c + u >= c1) break;
+                const uint32_t *w = (const uint32_t *)wv[u];
+                float blk[NT][4];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) blk[nt][0] = blk[nt][1] = blk[nt][2] = blk[nt][3] = 0.0f;
+#pragma unroll
+                for (int s = 0; s < STEPS; s++) {
+                    uint32_t A[4], Al[4];
+                    if constexpr (is_float<T>()) dsp_cu_frag_f(T, w, s, A, Al);
+                    else dsp_cu_frag_q(T, w, s, A);
+                    const int64_t ku = (c + u) * (C::KG / 4) + 4 * s + t;
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        const uint4 xb = tok_ok[nt] ? __ldg(xrow[nt] + ku) : make_uint4(0, 0, 0, 0);
+                        if constexpr (is_float<T>()) {
+                            mma(tot[nt], A, xb.x, xb.y);
+                            mma(tot[nt], A, xb.z, xb.w);
+                            if constexpr (T != DSP_BF16) mma(tot[nt], Al, xb.x, xb.y);
+                        } else {
+                            mma(blk[nt], A, xb.x, xb.y);
+                            mma(blk[nt], A, xb.z, xb.w);
+                        }
+                    }
+                    if constexpr (BST > 0) {
+                        if ((s + 1) % BST == 0) {
+                            float mul[2], add[2];
+                            block_scale<T>(sc[u], s / BST, mul, add);
+                            const int64_t b32 = ((c + u) * C::KG + 16 * s) / 32;
+#pragma unroll
+                            for (int nt = 0; nt < NT; nt++) {
+                                float2 xs = make_float2(0.0f, 0.0f);
+                                if constexpr (has_min<T>()) xs = *(const float2 *)(a.xsum + b32 * a.xs_stride + tok0 + 8 * nt + 2 * t);
+#pragma unroll
+                                for (int i = 0; i < 4; i++) {
+                                    tot[nt][i] = fmaf(mul[i >> 1], blk[nt][i], tot[nt][i]);
+                                    if constexpr (has_min<T>()) tot[nt][i] = fmaf(add[i >> 1], (i & 1) ? xs.y : xs.x, tot[nt][i]);
+                                    blk[nt][i] = 0.0f;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        /* c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1) */
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                red[(warp * NT * 8 + 8 * nt + 2 * t + (i & 1)) * RED_LD + g + 8 * (i >> 1)] = tot[nt][i];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < NT * 8 * 16; idx += blockDim.x) {
+        const int tk = idx >> 4, row = idx & 15;
+        float v = red[tk * RED_LD + row];
+        for (int w2 = 1; w2 < S; w2++) v += red[(w2 * NT * 8 + tk) * RED_LD + row];
+        const int tok = tok0 + tk;
+        const int64_t orow = (int64_t)tile * 16 + row;
+        if (tok < a.n_rows && orow < M) Y[(int64_t)tok * M + orow] = v;
+    }
+}
+
+template <uint32_t T, int NT> size_t mm_smem(int S) { return (size_t)S * NT * 8 * RED_LD * sizeof(float); }
+
+template <uint32_t T>
+cudaError_t launch_type(const mm_args &a, int S_max, cudaStream_t st) {
+    const int n_tiles = a.m[a.n_mats - 1].tile0 + (int)((a.m[a.n_mats - 1].M + 15) / 16);
+    const int nt = a.n_rows <= 8 ? 1 : a.n_rows <= 16 ? 2 : a.n_rows <= 32 ? 4 : 8;
+    const dim3 grid((unsigned)((a.n_rows + 8 * nt - 1) / (8 * nt)), (unsigned)n_tiles);
+    const dim3 block((unsigned)(32 * S_max));
+    switch (nt) {
+    case 1: mm_kernel<T, 1><<<grid, block, mm_smem<T, 1>(S_max), st>>>(a); break;
+    case 2: mm_kernel<T, 2><<<grid, block, mm_smem<T, 2>(S_max), st>>>(a); break;
+    case 4: mm_kernel<T, 4><<<grid, block, mm_smem<T, 4>(S_max), st>>>(a); break;
+    default: mm_kernel<T, 8><<<grid, block, mm_smem<T, 8>(S_max), st>>>(a); break;
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t launch(uint32_t type, const mm_args &a, int S_max, cudaStream_t st) {
+    switch (type) {
+    case DSP_BF16: return launch_type<DSP_BF16>(a, S_max, st);
+    case DSP_F16: return launch_type<DSP_F16>(a, S_max, st);
+    case DSP_F32: return launch_type<DSP_F32>(a, S_max, st);
+    case DSP_Q8_0: return launch_type<DSP_Q8_0>(a, S_max, st);
+    case DSP_Q4_0: return launch_type<DSP_Q4_0>(a, S_max, st);
+    case DSP_Q4_1: return launch_type<DSP_Q4_1>(a, S_max, st);
+    case DSP_Q4_K: return launch_type<DSP_Q4_K>(a, S_max, st);
+    case DSP_Q5_K: return launch_type<DSP_Q5_K>(a, S_max, st);
+    case DSP_Q6_K: return launch_type<DSP_Q6_K>(a, S_max, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+/* ---- repacking and activations ----------------------------------------------------------------- */
+
+__global__ void repack_kernel(dsp_cu_layout L, const uint8_t *raw, size_t row_bytes, int64_t M, int64_t K, int64_t n_groups,
+                              int64_t n_units, uint8_t *out) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_units * 32) return;
+    const int64_t unit = i / 32, tile = unit / n_groups, group = unit % n_groups;
+    const int lane = (int)(i % 32);
+    uint8_t *base = out + unit * dsp_cu_group_bytes(&L);
+    dsp_cu_pack_lane(&L, raw, row_bytes, M, K, tile, group, lane, base + lane * L.lane_bytes);
+    if (lane == 0) dsp_cu_pack_scales(&L, raw, row_bytes, M, K, tile, group, base + 32 * L.lane_bytes);
+}
+
+} // namespace
+
+int dsp_cu_mm_slices(const dsp_cu_layout *L, int64_t M, int64_t K) {
+    /* enough warps in flight to stream a small matrix (about 16 per multiprocessor on a 132-SM
+     * GPU for a 4096-row matrix) without splitting k into slivers of less than two groups */
+    const int64_t tiles = dsp_cu_n_tiles(M), groups = dsp_cu_n_groups(L, K);
+    int64_t s = (4096 + tiles - 1) / tiles;
+    if (s > MAX_S) s = MAX_S;
+    if (s > groups / 2) s = groups / 2;
+    return s < 1 ? 1 : (int)s;
+}
+
+cudaError_t dsp_cu_repack(const dsp_cu_mat *m, const uint8_t *raw, size_t row_bytes, cudaStream_t st) {
+    const int64_t units = m->n_tiles * m->n_groups, threads = units * 32;
+    repack_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(m->L, raw, row_bytes, m->M, m->K, m->n_groups, units, m->d);
+    return cudaGetLastError();
+}
+
+cudaError_t dsp_cu_matmul(int n, const dsp_cu_mat *const *w, float *const *y, int n_rows, const dsp_cu_xpack *xb,
+                          cudaStream_t st) {
+    /* one launch per run of consecutive weights of the same type */
+    for (int i = 0; i < n;) {
+        mm_args a = {};
+        int S_max = 1, tiles = 0;
+        a.n_groups = w[i]->n_groups;
+        a.x_units = dsp_cu_x_units(w[i]->K);
+        a.xs_stride = xb->xs_stride;
+        a.xp = xb->xp;
+        a.xsum = xb->xsum;
+        a.n_rows = n_rows;
+        int j = i;
+        for (; j < n && w[j]->L.type == w[i]->L.type; j++) {
+            mm_mat_arg &m = a.m[a.n_mats++];
+            m.w = w[j]->d, m.y = y[j], m.M = (int)w[j]->M, m.tile0 = tiles, m.S = w[j]->S;
+            tiles += (int)w[j]->n_tiles;
+            if (m.S > S_max) S_max = m.S;
+        }
+        cudaError_t e = launch(w[i]->L.type, a, S_max, st);
+        if (e != cudaSuccess) return e;
+        i = j;
+    }
+    return cudaSuccess;
+}
+

@@ -1,0 +1,83 @@
+/* server/page: the chat page served at GET / (one self-contained document: no CDN, no build step).
+ * It talks to /v1/chat/completions with stream: true, shows reasoning apart from the answer, has a
+ * stop button (the request is aborted, which cancels the generation), a system prompt, temperature,
+ * the speculation mode (the request's dspark_mode extension) and, per answer, live chunks/s and then the dspark block:
+ * mode, decode tok/s, mean accepted length, TTFT. The source is kept readable here on purpose. */
+#include "server/server.h"
+
+#include <string.h>
+
+static const char k_page[] =
+    "<!doctype html>\n"
+    "<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+    "<title>dspark</title><link rel=\"icon\" href=\"data:,\">\n"
+    "<style>\n"
+    "body{font:15px/1.45 system-ui,sans-serif;margin:0;display:flex;flex-direction:column;height:100vh;background:#f6f6f4;color:#222}\n"
+    "header{padding:8px 14px;background:#20242a;color:#eee;display:flex;gap:14px;align-items:center;flex-wrap:wrap}\n"
+    "header b{font-size:17px}header label{font-size:13px}header input,header select{font:inherit;font-size:13px}\n"
+    "#log{flex:1;overflow-y:auto;padding:14px}\n"
+    ".m{max-width:780px;margin:8px auto;padding:10px 12px;border-radius:8px;white-space:pre-wrap;word-wrap:break-word}\n"
+    ".user{background:#dde8f7}.assistant{background:#fff;border:1px solid #ddd}.error{background:#fbe3e3}\n"
+    ".think{color:#777;font-style:italic;border-left:3px solid #ccc;padding-left:8px;margin-bottom:6px}\n"
+    ".stats{font-size:12px;color:#666;margin-top:6px}\n"
+    "form{display:flex;gap:8px;padding:10px 14px;background:#eee;border-top:1px solid #ddd}\n"
+    "textarea{flex:1;font:inherit;min-height:44px;resize:vertical}button{font:inherit;padding:0 16px}\n"
+    "#sys{width:260px}\n"
+    "</style></head><body>\n"
+    "<header><b>dspark</b><span id=\"model\">…</span>\n"
+    "<label>system <input id=\"sys\" placeholder=\"system prompt (optional)\"></label>\n"
+    "<label>temperature <input id=\"temp\" type=\"number\" min=\"0\" max=\"2\" step=\"0.1\" value=\"0.7\" style=\"width:60px\"></label>\n"
+    "<label>mode <select id=\"mode\"><option value=\"\">server default</option><option>auto</option><option>lookup</option><option>baseline</option></select></label>\n"
+    "<label>API key <input id=\"key\" type=\"password\" style=\"width:110px\"></label>\n"
+    "<button id=\"clear\" type=\"button\">new chat</button></header>\n"
+    "<div id=\"log\"></div>\n"
+    "<form id=\"f\"><textarea id=\"msg\" placeholder=\"Type a message (Enter sends, Shift+Enter: new line)\"></textarea>\n"
+    "<button id=\"send\">Send</button><button id=\"stop\" type=\"button\" disabled>Stop</button></form>\n"
+    "<script>\n"
+    "\"use strict\";\n"
+    "const $=id=>document.getElementById(id);\n"
+    "let history=[],ctl=null;\n"
+    "$(\"key\").value=localStorage.getItem(\"dspark_key\")||\"\";\n"
+    "$(\"key\").onchange=()=>localStorage.setItem(\"dspark_key\",$(\"key\").value);\n"
+    "function hdrs(){const h={\"Content-Type\":\"application/json\"};if($(\"key\").value)h.Authorization=\"Bearer \"+$(\"key\").value;return h}\n"
+    "fetch(\"/v1/models\",{headers:hdrs()}).then(r=>r.json()).then(j=>{$(\"model\").textContent=j.data?j.data[0].id:(j.error?j.error.message:\"\")}).catch(()=>{});\n"
+    "function add(cls,text){const d=document.createElement(\"div\");d.className=\"m \"+cls;d.textContent=text;$(\"log\").appendChild(d);$(\"log\").scrollTop=1e9;return d}\n"
+    "$(\"clear\").onclick=()=>{history=[];$(\"log\").textContent=\"\"};\n"
+    "$(\"stop\").onclick=()=>{if(ctl)ctl.abort()};\n"
+    "$(\"msg\").onkeydown=e=>{if(e.key===\"Enter\"&&!e.shiftKey){e.preventDefault();$(\"f\").requestSubmit()}};\n"
+    "$(\"f\").onsubmit=async e=>{\n"
+    "  e.preventDefault();const text=$(\"msg\").value.trim();if(!text||ctl)return;\n"
+    "  $(\"msg\").value=\"\";add(\"user\",text);history.push({role:\"user\",content:text});\n"
+    "  const msgs=($(\"sys\").value?[{role:\"system\",content:$(\"sys\").value}]:[]).concat(history);\n"
+    "  const body={messages:msgs,stream:true,temperature:parseFloat($(\"temp\").value)||0};\n"
+    "  if($(\"mode\").value)body.dspark_mode=$(\"mode\").value;\n"
+    "  const box=add(\"assistant\",\"\"),think=document.createElement(\"div\"),out=document.createElement(\"div\"),st=document.createElement(\"div\");\n"
+    "  think.className=\"think\";st.className=\"stats\";box.append(think,out,st);think.hidden=true;\n"
+    "  ctl=new AbortController();$(\"stop\").disabled=false;$(\"send\").disabled=true;\n"
+    "  let answer=\"\",n=0,t0=performance.now(),tf=0,done=false;\n"
+    "  try{\n"
+    "    const r=await fetch(\"/v1/chat/completions\",{method:\"POST\",headers:hdrs(),body:JSON.stringify(body),signal:ctl.signal});\n"
+    "    if(!r.ok){const j=await r.json().catch(()=>({}));throw new Error(j.error?j.error.message:(\"HTTP \"+r.status))}\n"
+    "    const rd=r.body.getReader(),dec=new TextDecoder();let buf=\"\";\n"
+    "    for(;;){const {value,done:end}=await rd.read();if(end)break;buf+=dec.decode(value,{stream:true});\n"
+    "      let i;while((i=buf.indexOf(\"\\n\\n\"))>=0){const ev=buf.slice(0,i);buf=buf.slice(i+2);\n"
+    "        for(const line of ev.split(\"\\n\")){if(!line.startsWith(\"data: \"))continue;const d=line.slice(6);if(d===\"[DONE]\"){done=true;continue}\n"
+    "          const j=JSON.parse(d);if(j.error)throw new Error(j.error.message);\n"
+    "          const c=j.choices&&j.choices[0];if(c&&c.delta){\n"
+    "            if(c.delta.reasoning_content){think.hidden=false;think.textContent+=c.delta.reasoning_content}\n"
+    "            if(c.delta.content){answer+=c.delta.content;out.textContent=answer}\n"
+    "            if(c.delta.content||c.delta.reasoning_content){n++;if(!tf)tf=performance.now();\n"
+    "              const s=(performance.now()-tf)/1e3;st.textContent=n+\" chunks\"+(s>0?\", \"+(n/s).toFixed(1)+\" chunks/s\":\"\")}}\n"
+    "          if(j.dspark){const x=j.dspark;st.textContent=\"mode \"+x.mode+\" · \"+x.decode_tok_per_s.toFixed(1)+\" tok/s · mean accepted length \"+\n"
+    "            x.mean_accepted_len.toFixed(2)+\" · TTFT \"+x.ttft_ms.toFixed(0)+\" ms\"+(x.cached_prompt_tokens?\" · \"+x.cached_prompt_tokens+\" cached prompt tokens\":\"\")}\n"
+    "          $(\"log\").scrollTop=1e9}}}\n"
+    "  }catch(err){if(err.name===\"AbortError\")st.textContent+=\" · stopped\";else add(\"error\",String(err.message||err))}\n"
+    "  if(answer)history.push({role:\"assistant\",content:answer});\n"
+    "  ctl=null;$(\"stop\").disabled=true;$(\"send\").disabled=false;box.dataset.done=done?\"1\":\"0\";$(\"msg\").focus()};\n"
+    "</script></body></html>\n"
+    "\n";
+
+const char *dsp_srv_page(size_t *len) {
+    *len = sizeof k_page - 1;
+    return k_page;
+}
