@@ -28,6 +28,7 @@
 /* ctest-label: e2e */
 #include "dsp_stats.h"
 #include "dsp_test.h"
+#include "dsp_test_events.h"
 
 #include "engine/engine.h"
 #include "model/model.h"
@@ -57,58 +58,13 @@ static const char *g_prompts[] = {
 };
 #define N_PROMPTS ((int)(sizeof g_prompts / sizeof g_prompts[0]))
 
-typedef struct events {
-    int32_t ids[256];
-    size_t text_off[257];
-    float lp[256][3];
-    int32_t top[256][2];
-    int n;
-    char text[8192];
-    size_t n_text;
-} events;
-
-typedef struct run_out {
-    events ev;
-    dsp_gen_result r;
-} run_out;
-
-static bool collect(const dsp_token_event *ev, void *user) {
-    events *e = user;
-    if (e->n >= 256 || e->n_text + ev->text_len >= sizeof e->text) return false;
-    e->ids[e->n] = ev->token;
-    e->lp[e->n][0] = ev->chosen.logprob;
-    for (int i = 0; i < 2; i++) {
-        e->lp[e->n][1 + i] = i < ev->n_top ? ev->top[i].logprob : 0.0f;
-        e->top[e->n][i] = i < ev->n_top ? ev->top[i].token : -1;
-    }
-    memcpy(e->text + e->n_text, ev->text, ev->text_len);
-    e->n_text += ev->text_len;
-    e->n++;
-    e->text_off[e->n] = e->n_text;
-    return true;
-}
-
 static int tokenize(const char *s, int32_t *ids, size_t cap) {
     size_t n = 0;
     CHECK(dsp_tokenize(dsp_model_tokenizer(g_m), s, strlen(s), 0, ids, cap, &n) == DSP_OK);
     return (int)n;
 }
 
-static void run(dsp_engine *e, const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) {
-    memset(&o->ev, 0, sizeof o->ev);
-    dsp_status st = dsp_generate(e, p, (size_t)n, gp, collect, &o->ev, &o->r);
-    CHECK_MSG(st == DSP_OK, "%s", dsp_last_error());
-}
-
-static bool same(const run_out *a, const run_out *b, const char *what) {
-    bool ok = a->ev.n == b->ev.n && !memcmp(a->ev.ids, b->ev.ids, sizeof(int32_t) * (size_t)a->ev.n) && a->ev.n_text == b->ev.n_text &&
-              !memcmp(a->ev.text, b->ev.text, a->ev.n_text) &&
-              !memcmp(a->ev.text_off, b->ev.text_off, sizeof(size_t) * (size_t)(a->ev.n + 1)) &&
-              !memcmp(a->ev.lp, b->ev.lp, sizeof(float) * 3 * (size_t)a->ev.n) &&
-              !memcmp(a->ev.top, b->ev.top, sizeof(int32_t) * 2 * (size_t)a->ev.n) && a->r.finish == b->r.finish;
-    CHECK_MSG(ok, "%s: %d tokens vs %d", what, a->ev.n, b->ev.n);
-    return ok;
-}
+static void run(dsp_engine *e, const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) { run_on(e, p, n, gp, o); }
 
 static dsp_engine *make_engine(const char *drafter, int max_batch, bool cache) {
     char path[1024];

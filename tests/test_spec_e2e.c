@@ -29,6 +29,7 @@
  * model (a random-weight model of the default model's shape on a lent GPU machine). */
 /* ctest-label: e2e */
 #include "dsp_test.h"
+#include "dsp_test_events.h"
 
 #include "backend/backend.h"
 #include "dspark.h"
@@ -100,47 +101,10 @@ static const char *g_prompts[] = {
 };
 #define N_PROMPTS ((int)(sizeof g_prompts / sizeof g_prompts[0]))
 
-typedef struct events {
-    int32_t ids[1024];
-    size_t text_off[1025]; /* event boundaries in text */
-    float lp[1024][3];     /* chosen, top-1, top-2 logprob */
-    int32_t top[1024][2];
-    int n;
-    char text[16384];
-    size_t n_text;
-} events;
-
-static bool collect(const dsp_token_event *ev, void *user) {
-    events *e = user;
-    if (e->n >= 1024 || e->n_text + ev->text_len >= sizeof e->text) return false;
-    e->ids[e->n] = ev->token;
-    e->lp[e->n][0] = ev->chosen.logprob;
-    for (int i = 0; i < 2; i++) {
-        e->lp[e->n][1 + i] = i < ev->n_top ? ev->top[i].logprob : 0.0f;
-        e->top[e->n][i] = i < ev->n_top ? ev->top[i].token : -1;
-    }
-    memcpy(e->text + e->n_text, ev->text, ev->text_len);
-    e->n_text += ev->text_len;
-    e->n++;
-    e->text_off[e->n] = e->n_text;
-    return true;
-}
-
 static int tokenize(const char *s, int32_t *ids, size_t cap) {
     size_t n = 0;
     CHECK(dsp_tokenize(dsp_model_tokenizer(g_m), s, strlen(s), DSP_TOKENIZE_PARSE_SPECIAL, ids, cap, &n) == DSP_OK);
     return (int)n;
-}
-
-typedef struct run_out {
-    events ev;
-    dsp_gen_result r;
-} run_out;
-
-static void run_on(dsp_engine *e, const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) {
-    memset(&o->ev, 0, sizeof o->ev);
-    dsp_status st = dsp_generate(e, p, (size_t)n, gp, collect, &o->ev, &o->r);
-    CHECK_MSG(st == DSP_OK, "%s", dsp_last_error());
 }
 
 static void run(const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) { run_on(g_e, p, n, gp, o); }
@@ -180,19 +144,6 @@ static size_t cached_after(const int32_t *p, int n, const dsp_gen_params *gp) {
     g1.max_tokens = 1;
     run_on(g_pc, p2, n2, &g1, &probe);
     return probe.r.n_cached;
-}
-
-/* identical output, event by event; returns true if so */
-static bool same(const run_out *a, const run_out *b, const char *what) {
-    bool ok = a->ev.n == b->ev.n && !memcmp(a->ev.ids, b->ev.ids, sizeof(int32_t) * (size_t)a->ev.n) && a->ev.n_text == b->ev.n_text &&
-              !memcmp(a->ev.text, b->ev.text, a->ev.n_text) &&
-              !memcmp(a->ev.text_off, b->ev.text_off, sizeof(size_t) * (size_t)(a->ev.n + 1)) &&
-              !memcmp(a->ev.lp, b->ev.lp, sizeof(float) * 3 * (size_t)a->ev.n) &&
-              !memcmp(a->ev.top, b->ev.top, sizeof(int32_t) * 2 * (size_t)a->ev.n) && a->r.finish == b->r.finish &&
-              a->r.n_generated == b->r.n_generated;
-    CHECK_MSG(ok, "%s: %d tokens vs %d, text \"%.*s\" vs \"%.*s\"", what, a->ev.n, b->ev.n, (int)a->ev.n_text, a->ev.text, (int)b->ev.n_text,
-              b->ev.text);
-    return ok;
 }
 
 static const int g_drafts[] = {1, 2, 3, 4, 8, 16};

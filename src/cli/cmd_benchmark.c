@@ -476,7 +476,6 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         fprintf(stderr, "dspark benchmark: --threads 0..1024, --repeat 1..64, --bw-mb 0..65536, --gpu >= 0\n");
         return 2;
     }
-    const dsp_spec_mode mode = gp.mode;
     if (threads == 0) threads = dsp_physical_cores();
     bp.n_threads = threads;
 

@@ -155,10 +155,7 @@ void dsp_cli_print_spec_json(FILE *f, const dsp_gen_params *gp, const dsp_gen_re
             r->draft_ms, r->verify_ms, tps);
 }
 
-int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, dsp_gen_params *gp, bool *handled) {
-    const char *a = argv[*i];
-    double v;
-    *handled = true;
+/* option value helpers of the two parsers below (a, argc, argv, i, v in scope) */
 #define NEXT()                                                                 \
     do {                                                                       \
         if (*i + 1 >= argc) {                                                  \
@@ -170,6 +167,11 @@ int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, dsp_gen_params *gp, bo
 #define NUM(lo, hi) \
     NEXT();         \
     if (!num(a, argv[*i], lo, hi, &v)) return 2;
+
+int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, dsp_gen_params *gp, bool *handled) {
+    const char *a = argv[*i];
+    double v;
+    *handled = true;
     if (!strcmp(a, "--mode")) {
         NEXT();
         if (!dsp_spec_mode_from_string(argv[*i], &gp->mode)) {
@@ -188,11 +190,7 @@ int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, dsp_gen_params *gp, bo
     else if (!strcmp(a, "--draft-argmax")) gp->draft_sample = false;
     else if (!strcmp(a, "--lookup-min")) { NUM(1, 16) gp->lookup_min_n = (int32_t)v; }
     else if (!strcmp(a, "--lookup-max")) { NUM(1, 16) gp->lookup_max_n = (int32_t)v; }
-    else if (!strcmp(a, "--lookup-min")) { NUM(1, 16) gp->lookup_min_n = (int32_t)v; }
-    else if (!strcmp(a, "--lookup-max")) { NUM(1, 16) gp->lookup_max_n = (int32_t)v; }
     else *handled = false;
-#undef NUM
-#undef NEXT
     return 0;
 }
 
@@ -200,17 +198,6 @@ int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int
     const char *a = argv[*i];
     double v;
     *handled = true;
-#define NEXT()                                                                 \
-    do {                                                                       \
-        if (*i + 1 >= argc) {                                                  \
-            fprintf(stderr, "dspark: option %s needs a value\n", a);           \
-            return 2;                                                          \
-        }                                                                      \
-        (*i)++;                                                                \
-    } while (0)
-#define NUM(lo, hi) \
-    NEXT();         \
-    if (!num(a, argv[*i], lo, hi, &v)) return 2;
     if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) { NUM(1, 1e9) gp->max_tokens = (int32_t)v; }
     else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) { NUM(0, 100) gp->temperature = (float)v; }
     else if (!strcmp(a, "--top-p")) { NUM(0, 1) gp->top_p = (float)v; }
@@ -241,10 +228,10 @@ int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int
         if (rc || *handled) return rc;
         return dsp_cli_parse_engine_opt(argc, argv, i, cp, handled);
     }
-#undef NUM
-#undef NEXT
     return 0;
 }
+#undef NUM
+#undef NEXT
 
 
 /* "8G", "512M", "1500000000": bytes */
