@@ -1,7 +1,7 @@
 /* Speculative decoding end to end on the default model (DESIGN.md §2 "Losslessness").
  *
  *  - greedy lossless: for 44 prompts (22 copy-heavy, 22 general chat) x max_draft in
- *    {1, 2, 3, 4, 8, 16} x {no penalties, presence + frequency + repetition penalties}, lookup
+ *    {1, 2, 3, 4, 8, 16, auto} x {no penalties, presence + frequency + repetition penalties}, lookup
  *    emits exactly what baseline emits: the same token ids, the same text in the same event
  *    boundaries, bit-identical logprobs (chosen + top alternatives), the same finish reason;
  *  - stops inside an accepted block: stop strings (also ones split across tokens), EOS and
@@ -21,7 +21,7 @@
  * kernels, and the complete greedy matrix (44 x 6 x 2 lookup runs + 88 baseline runs) takes
  * ~30 minutes there. So the level is chosen by DSP_SPEC_TEST_LEVEL:
  *   quick (default, both CI builds): every prompt, both penalty settings, and max_draft rotating
- *         through {1, 2, 3, 4, 8, 16} (each value is used on ~15 prompt/penalty pairs), 16 tokens;
+ *         through {1, 2, 3, 4, 8, 16, auto} (each value is used on ~12 prompt/penalty pairs), 16 tokens;
  *         the stop cases at max_draft 2 and 16; each sampling configuration on 1-2 prompts;
  *   full: the complete cross products, 24 tokens (run before merging a change to spec/ or engine/).
  * DSP_SPEC_TEST_TOKENS overrides the generation length. DSP_TEST_BACKEND=cuda runs the engine on the
@@ -146,7 +146,8 @@ static size_t cached_after(const int32_t *p, int n, const dsp_gen_params *gp) {
     return probe.r.n_cached;
 }
 
-static const int g_drafts[] = {1, 2, 3, 4, 8, 16};
+static const int g_drafts[] = {1, 2, 3, 4, 8, 16, DSP_DRAFT_AUTO};
+#define N_DRAFTS ((int)(sizeof g_drafts / sizeof g_drafts[0]))
 
 static void test_greedy_lossless(void) {
     size_t drafted = 0, accepted = 0, rounds = 0, gen = 0;
@@ -162,7 +163,7 @@ static void test_greedy_lossless(void) {
             static run_out base, spec;
             run(ids, n, &gp, &base);
             for (size_t di = 0; di < sizeof g_drafts / sizeof g_drafts[0]; di++) {
-                if (!g_full && di != (size_t)(pi * 2 + pen) % 6) continue;
+                if (!g_full && di != (size_t)(pi * 2 + pen) % N_DRAFTS) continue;
                 gp.mode = DSP_SPEC_LOOKUP;
                 gp.max_draft = g_drafts[di];
                 run(ids, n, &gp, &spec);
@@ -208,7 +209,7 @@ static void test_stops_inside_blocks(void) {
         }
         run(ids, n, &g2, &a);
         size_t cached_base = cached_after(ids, n, &g2);
-        for (int di = 0; di < 6; di++) {
+        for (int di = 0; di < N_DRAFTS; di++) {
             if (!g_full && di != 1 && di != 5) continue; /* quick: max_draft 2 and 16 */
             g2.mode = DSP_SPEC_LOOKUP;
             g2.max_draft = g_drafts[di];
@@ -434,7 +435,7 @@ static void test_bad_params(void) {
     int32_t ids[8] = {1, 2, 3, 4};
     dsp_gen_params gp = dsp_gen_default_params();
     gp.mode = DSP_SPEC_LOOKUP;
-    gp.max_draft = 0;
+    gp.max_draft = -1; /* 0 is DSP_DRAFT_AUTO */
     CHECK_EQ_INT(dsp_generate(g_e, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
     CHECK(strstr(dsp_last_error(), "max_draft") != NULL);
     gp.max_draft = DSP_MAX_DRAFT + 1;

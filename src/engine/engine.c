@@ -592,8 +592,8 @@ static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
     const float *logits = e->logits + (size_t)r->logit0 * (size_t)V;
     const uint32_t len = r->n_tokens;
     int32_t k = first ? 0 : r->k, out[DSP_MAX_DRAFT + 1], n_out = 0;
-    dsp_status st = e->verify(logits, V, k, r->draft, k > 0 && r->sampled ? r->q : NULL, &r->hist, &r->sp, &r->rng, &e->scratch, &e->dist,
-                                    out, &n_out);
+    dsp_status st = e->verify(logits, V, k, r->draft, k > 0 && r->sampled ? r->q : NULL, &r->hist, &r->sp, &r->rng, &e->scratch, &e->dist, out,
+                              &n_out);
     if (st) {
         fail(e, r, st);
         return;

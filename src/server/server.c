@@ -106,6 +106,12 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     snprintf(s->fingerprint, sizeof s->fingerprint, "dspark-%s-%s", DSP_VERSION, DSP_GIT_COMMIT);
 
     dsp_srv_spec_json(s);
+    if (cfg->spec.max_draft == DSP_DRAFT_AUTO && cfg->spec.mode != DSP_SPEC_BASELINE) { /* now, not on the first request */
+        dsp_spec_profile prof;
+        if (dsp_engine_profile(s->engine, &prof) == DSP_OK)
+            fprintf(stderr, "dspark serve: --max-draft auto: 1-row forward %.2f ms, drafter %.2f of it per block (%s)\n", prof.one_row_ms,
+                    (double)prof.draft_rel, prof.cached ? prof.cache_path : "measured now");
+    }
     if ((st = dsp_srv_sched_start(s))) {
         fprintf(stderr, "dspark serve: starting the engine: %s\n", dsp_last_error());
         return st;
