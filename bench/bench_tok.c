@@ -5,9 +5,14 @@
  * Encodes a text (FILE, or N MB of generated English prose by default) R times and reports the
  * median encode throughput in MB/s of input, the median decode throughput, and as the in-run
  * baseline the throughput of the pre-tokenizer alone (byte-level models) so that the BPE share is
- * visible. Single-threaded by construction. */
+ * visible. MODEL may also be a Hugging Face directory (its tokenizer.json): when that declares a
+ * normalizer (NFC for Qwen2/3), the baseline is the same tokenizer without it, so that the
+ * normalizer's cost is visible. Single-threaded by construction. */
+#include "bench_util.h"
 #include "dspark.h"
+#include "core/file.h"
 #include "io/gguf.h"
+#include "io/json.h"
 #include "tok/tok.h"
 
 #include <stdio.h>
@@ -15,22 +20,6 @@
 #include <string.h>
 #include <sys/utsname.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static const char *k_words[] = {
     "the", "of", "and", "to", "in", "is", "was", "for", "that", "with", "as", "on", "by", "at", "from", "his", "her",
@@ -114,46 +103,68 @@ int main(int argc, char **argv) {
     }
     if (!textf) len = strlen(text);
     dsp_gguf *g = NULL;
-    dsp_tok *t = NULL;
-    double t0 = now();
-    if (dsp_gguf_open(model, &g) || dsp_tok_create_from_gguf(g, &t)) {
+    dsp_tok *t = NULL, *plain = NULL; /* plain: tokenizer.json without its normalizer */
+    double t0 = bench_now();
+    if (dsp_file_is_dir(model)) {
+        char *tp = dsp_path_join(model, "tokenizer.json"), md[64], pd[128];
+        json_t *tj = NULL;
+        if (!tp || dsp_json_load_file(tp, 1u << 30, &tj) || dsp_tok_create_from_hf(tj, NULL, &t, md, sizeof md, pd, sizeof pd)) {
+            fprintf(stderr, "bench_tok: %s: %s\n", model, dsp_last_error());
+            return 1;
+        }
+        const json_t *norm = json_object_get(tj, "normalizer");
+        if (norm && !json_is_null(norm) && (json_object_del(tj, "normalizer") || dsp_tok_create_from_hf(tj, NULL, &plain, md, sizeof md, pd, sizeof pd))) {
+            fprintf(stderr, "bench_tok: %s without its normalizer: %s\n", model, dsp_last_error());
+            return 1;
+        }
+        json_decref(tj);
+        free(tp);
+    } else if (dsp_gguf_open(model, &g) || dsp_tok_create_from_gguf(g, &t)) {
         fprintf(stderr, "bench_tok: %s: %s\n", model, dsp_last_error());
         return 1;
     }
-    double load_s = now() - t0;
+    double load_s = bench_now() - t0;
     double *enc = calloc((size_t)repeats, sizeof(double)), *dec = calloc((size_t)repeats, sizeof(double)),
            *pre = calloc((size_t)repeats, sizeof(double));
     size_t n_ids = 0;
     for (int r = 0; r < repeats; r++) {
         dsp_tok_ids ids = {0};
-        double a = now();
+        double a = bench_now();
         if (dsp_tok_encode(t, text, len, 0, &ids)) {
             fprintf(stderr, "bench_tok: encode: %s\n", dsp_last_error());
             return 1;
         }
-        double b = now();
+        double b = bench_now();
         char *out;
         size_t ol;
         if (dsp_tok_decode(t, ids.v, ids.n, 0, &out, &ol)) return 1;
-        double c = now();
+        double c = bench_now();
         enc[r] = (double)len / 1e6 / (b - a);
         dec[r] = (double)ol / 1e6 / (c - b);
         n_ids = ids.n;
         free(out);
         dsp_tok_ids_free(&ids);
-        if (dsp_tok_get_kind(t) == DSP_TOK_BPE) {
+        if (plain) {
+            ids = (dsp_tok_ids){0};
+            a = bench_now();
+            if (dsp_tok_encode(plain, text, len, 0, &ids)) return 1;
+            pre[r] = (double)len / 1e6 / (bench_now() - a);
+            dsp_tok_ids_free(&ids);
+        } else if (!g) {
+            pre[r] = 0;
+        } else if (dsp_tok_get_kind(t) == DSP_TOK_BPE) {
             dsp_tok_pre *p = NULL;
             dsp_tok_spans s = {0}, tmp = {0};
             dsp_tok_pre_create(dsp_tok_pre_name(t), &p);
-            a = now();
+            a = bench_now();
             dsp_tok_pre_split(p, text, len, &s, &tmp);
-            pre[r] = (double)len / 1e6 / (now() - a);
+            pre[r] = (double)len / 1e6 / (bench_now() - a);
             dsp_tok_spans_free(&s);
             dsp_tok_spans_free(&tmp);
             dsp_tok_pre_destroy(p);
         }
     }
-    double enc_m = median(enc, repeats), dec_m = median(dec, repeats), pre_m = median(pre, repeats);
+    double enc_m = bench_median(enc, repeats), dec_m = bench_median(dec, repeats), pre_m = bench_median(pre, repeats);
     struct utsname u;
     uname(&u);
     char cpu[256] = "unknown";
@@ -172,22 +183,24 @@ int main(int argc, char **argv) {
     if (json) {
         printf("{\"bench\": \"tok\", \"model\": \"%s\", \"kind\": \"%s\", \"pre\": \"%s\", \"text\": \"%s\", "
                "\"text_bytes\": %zu, \"ids\": %zu, \"repeats\": %d, \"threads\": 1, \"load_s\": %.3f, "
-               "\"encode_mb_s_median\": %.2f, \"decode_mb_s_median\": %.2f, \"pretok_only_mb_s_median\": %.2f, "
-               "\"encode_vs_pretok_only\": %.3f, \"machine\": {\"cpu\": \"%s\", \"kernel\": \"%s %s\"}}\n",
+               "\"encode_mb_s_median\": %.2f, \"decode_mb_s_median\": %.2f, \"%s_mb_s_median\": %.2f, "
+               "\"encode_vs_%s\": %.3f, \"machine\": {\"cpu\": \"%s\", \"kernel\": \"%s %s\"}}\n",
                model, dsp_tok_get_kind(t) == DSP_TOK_BPE ? "bpe" : "spm", dsp_tok_pre_name(t),
-               textf ? textf : "generated-english", len, n_ids, repeats, load_s, enc_m, dec_m, pre_m,
-               pre_m > 0 ? enc_m / pre_m : 0.0, cpu, u.sysname, u.release);
+               textf ? textf : "generated-english", len, n_ids, repeats, load_s, enc_m, dec_m, plain ? "encode_without_normalizer" : "pretok_only",
+               pre_m, plain ? "without_normalizer" : "pretok_only", pre_m > 0 ? enc_m / pre_m : 0.0, cpu, u.sysname, u.release);
     } else {
         printf("model %s (%s, pre %s), text %zu bytes -> %zu ids, %d repeats, 1 thread, %s\n", model,
                dsp_tok_get_kind(t) == DSP_TOK_BPE ? "bpe" : "spm", dsp_tok_pre_name(t), len, n_ids, repeats, cpu);
         printf("  load      %8.3f s\n  encode    %8.2f MB/s (median)\n  decode    %8.2f MB/s (median)\n", load_s, enc_m, dec_m);
-        if (pre_m > 0) printf("  pre-tok   %8.2f MB/s (regex split alone; encode is %.2fx of it)\n", pre_m, enc_m / pre_m);
+        if (plain) printf("  no norm.  %8.2f MB/s (without the normalizer; encode is %.2fx of it)\n", pre_m, enc_m / pre_m);
+        else if (pre_m > 0) printf("  pre-tok   %8.2f MB/s (regex split alone; encode is %.2fx of it)\n", pre_m, enc_m / pre_m);
     }
     free(enc);
     free(dec);
     free(pre);
     free(text);
     dsp_tok_destroy(t);
+    dsp_tok_destroy(plain);
     dsp_gguf_destroy(g);
     return 0;
 }

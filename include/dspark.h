@@ -42,8 +42,9 @@ typedef struct dsp_tokenizer dsp_tokenizer;   /* owned by its model */
 typedef struct dsp_model_params {
     bool vocab_only;        /* load metadata + tokenizer only; no weight checks beyond the file layout */
     bool progress;          /* print load progress to stderr (the CLI sets it on a TTY) */
-    const char *quantize;   /* NULL, or "q8_0", "q4_0": F32/F16/BF16 matrices are quantized at load,
-                               bit-identical to the gguf package's quantizer */
+    const char *quantize;   /* NULL, or "q8_0", "q4_0", "q4_k": F32/F16/BF16 matrices are quantized at
+                               load, bit-identical to the gguf package's quantizer (q8_0, q4_0) or
+                               byte-identical to llama.cpp's reference quantizer (q4_k) */
     int n_threads;          /* threads for load-time work (quantization); 0 = physical cores */
 } dsp_model_params;
 
@@ -179,10 +180,22 @@ typedef enum dsp_device {
 } dsp_device;
 const char *dsp_device_to_string(dsp_device d); /* "auto", "cpu", "cuda" */
 
+/* Arithmetic of the matmuls on the CPU. Q8 (the default): activations are quantized to 8 bits per
+ * block of 32 for weights of types Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K, and the dot products
+ * run in integers (several times less compute per token, the same arithmetic for 1 row and n
+ * rows); F32: f32 activations for every weight type, as dspark computed before 8-bit activations.
+ * Either is batch-invariant and lossless for speculation; they differ from each other by rounding. */
+typedef enum dsp_precision {
+    DSP_PRECISION_Q8 = 0,
+    DSP_PRECISION_F32,
+} dsp_precision;
+const char *dsp_precision_to_string(dsp_precision p); /* "q8", "f32" */
+
 typedef struct dsp_engine_params {
     dsp_device device;
     int gpu;                /* CUDA device index */
     int n_threads;          /* CPU threads; 0 = physical cores */
+    dsp_precision precision; /* CPU matmul arithmetic (default Q8) */
     uint32_t n_ctx;         /* tokens per sequence; 0 = min(training context, 4096) */
     uint64_t kv_memory;     /* bytes of KV cache over all sequences; 0 = enough for max_batch full contexts,
                              * at most a quarter of physical memory (and at least one context) */

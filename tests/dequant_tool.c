@@ -6,6 +6,7 @@
  *                               per tensor a header {u32 name_len, name bytes, u32 type,
  *                               u64 n_elems, u32 status} then, if status == 0, n_elems f32
  *   dequant_tool sizes          print "id name block_elems block_bytes can_dequant" per dtype
+ *   dequant_tool quantize TYPE N   read N f32 from stdin, write dsp_quantize_row's blocks
  *
  * Output is binary, little-endian, host floats. Tensors are dequantized in chunks so that memory
  * stays bounded whatever the tensor size. */
@@ -76,6 +77,32 @@ static int cmd_raw(const char *type_s, const char *n_s) {
     return rc;
 }
 
+static int cmd_quantize(const char *type_s, const char *n_s) {
+    uint64_t type, n;
+    if (parse_u64(type_s, &type) || parse_u64(n_s, &n) || type > UINT32_MAX || !dsp_dtype_get((uint32_t)type) || n > (1u << 28)) {
+        fprintf(stderr, "dequant_tool: quantize: bad TYPE or N\n");
+        return 2;
+    }
+    size_t nbytes = dsp_dtype_row_bytes((uint32_t)type, n);
+    float *src = malloc(n ? n * sizeof(float) : 1);
+    uint8_t *dst = malloc(nbytes ? nbytes : 1);
+    int rc = 0;
+    if (!src || !dst) {
+        fprintf(stderr, "dequant_tool: out of memory\n");
+        rc = 1;
+    } else if (fread(src, sizeof(float), n, stdin) != n) {
+        fprintf(stderr, "dequant_tool: quantize: expected %llu floats on stdin\n", (unsigned long long)n);
+        rc = 1;
+    } else if (dsp_quantize_row((uint32_t)type, src, dst, n) != DSP_OK) {
+        rc = fail("quantize");
+    } else {
+        rc = write_all(dst, nbytes);
+    }
+    free(src);
+    free(dst);
+    return rc;
+}
+
 static int cmd_gguf(const char *path) {
     dsp_gguf *g;
     if (dsp_gguf_open(path, &g) != DSP_OK) return fail(path);
@@ -124,6 +151,7 @@ int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "raw")) return cmd_raw(argv[2], argv[3]);
     if (argc == 3 && !strcmp(argv[1], "gguf")) return cmd_gguf(argv[2]);
     if (argc == 2 && !strcmp(argv[1], "sizes")) return cmd_sizes();
-    fprintf(stderr, "usage: dequant_tool raw TYPE N | gguf PATH | sizes\n");
+    if (argc == 4 && !strcmp(argv[1], "quantize")) return cmd_quantize(argv[2], argv[3]);
+    fprintf(stderr, "usage: dequant_tool raw TYPE N | gguf PATH | sizes | quantize TYPE N\n");
     return 2;
 }

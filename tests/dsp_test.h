@@ -1,17 +1,37 @@
 /* tests/dsp_test.h: a minimal unit-test harness. Each test file defines test functions, lists them
  * in main via DSP_RUN, and returns dsp_test_summary(). A failed CHECK prints file:line and the
- * values, counts a failure and carries on within the test. */
+ * values, counts a failure and carries on within the test.
+ *
+ * Skips. A test that needs something absent (a fetched model, ../shared/testdata) calls
+ * dsp_test_skip(why) and returns; dsp_test_summary() then exits with DSP_TEST_SKIP_CODE, which CTest
+ * reports as "Skipped" (SKIP_RETURN_CODE), not "Passed". Where everything is supposed to be
+ * present (scripts/test, i.e. CI, sets DSP_TEST_REQUIRE=1) a skip is a failure instead. */
 #ifndef DSP_TEST_H
 #define DSP_TEST_H
 
 #include "dspark.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int dsp_test_failures = 0, dsp_test_checks = 0, dsp_test_ran = 0, dsp_test_failed_tests = 0;
+static int dsp_test_failures = 0, dsp_test_checks = 0, dsp_test_ran = 0, dsp_test_failed_tests = 0, dsp_test_skips = 0;
+
+#define DSP_TEST_SKIP_CODE 77 /* tests/CMakeLists.txt: SKIP_RETURN_CODE */
+
+/* Something this test needs is absent: say what, and mark the run skipped (see the top). */
+static void dsp_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void dsp_test_skip(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "SKIP: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    dsp_test_skips++;
+}
 
 #define CHECK(cond)                                                                          \
     do {                                                                                     \
@@ -65,9 +85,19 @@ static int dsp_test_failures = 0, dsp_test_checks = 0, dsp_test_ran = 0, dsp_tes
     } while (0)
 
 static inline int dsp_test_summary(void) {
-    fprintf(stderr, "%d tests, %d checks, %d failed checks\n", dsp_test_ran, dsp_test_checks,
-            dsp_test_failures);
-    return dsp_test_failures ? 1 : 0;
+    fprintf(stderr, "%d tests, %d checks, %d failed checks, %d skipped parts\n", dsp_test_ran, dsp_test_checks,
+            dsp_test_failures, dsp_test_skips);
+    if (dsp_test_failures) return 1;
+    if (dsp_test_skips) {
+        const char *req = getenv("DSP_TEST_REQUIRE");
+        if (req && !strcmp(req, "1")) {
+            fprintf(stderr, "FAIL: %d part(s) skipped, but DSP_TEST_REQUIRE=1 says everything they need is present\n",
+                    dsp_test_skips);
+            return 1;
+        }
+        return DSP_TEST_SKIP_CODE;
+    }
+    return 0;
 }
 
 /* Path of shared test data (../shared/testdata) or NULL if absent; tests then skip. */
@@ -90,7 +120,7 @@ static inline dsp_model *dsp_test_load_default_model(void) {
     dsp_model_params mp = dsp_model_default_params();
     dsp_model *m = NULL;
     if (dsp_model_load(path, &mp, &m) != DSP_OK) {
-        printf("SKIP: default model not available (%s); run scripts/fetch-models\n", dsp_last_error());
+        dsp_test_skip("default model not available (%s); run scripts/fetch-models", dsp_last_error());
         return NULL;
     }
     return m;

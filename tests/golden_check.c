@@ -1,4 +1,5 @@
 /* golden_check FIXTURE.json MODEL.gguf [--tol T] [--threads N] [--backend cpu|cuda] [--kv-type f16|bf16]
+ *              [--precision q8|f32] [--relative 0|1]
  * golden_check --probe-cuda      exit 0 if the CUDA backend can run here, 77 (and a SKIP line) if not
  *
  * Compares dspark's forward pass with a Hugging Face transformers golden fixture
@@ -9,8 +10,13 @@
  *   2. free-running greedy decoding (one token per forward, the KV-cached path): our tokens must
  *      equal HF's up to the first step whose margin is <= 2T (after a legitimate near-tie flip the
  *      continuations differ and are not compared).
- * Prints one line per prompt and a summary with the largest deviation; exit 1 on any failure,
- * 77 when --backend cuda finds no GPU.
+ * --relative 1 compares logits relative to the row's top-1 (x[t] - x[top1], HF's and ours), the
+ * metric of 8-bit activations (a shift common to a row changes no probability); then the margin
+ * criterion is T instead of 2T. --precision: the CPU activations (default q8, the engine's default).
+ * A forward that fails (either step) fails the prompt. Prints one line per prompt and a summary
+ * with the largest deviation; exit 1 on any failure, 77 when --backend cuda finds no GPU.
+ * --fault-at S feeds an out-of-vocabulary token at free-running step S, so that the test can check
+ * a forward error is a failure.
  * Driven by tests/py/test_golden.py (which makes the tiny models first). */
 #include "model/forward.h"
 
@@ -50,7 +56,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     double tol = 5e-4; /* 3x the HF cached-vs-uncached noise of the fixtures (1.6e-4) */
-    int threads = 2, max_prompt = 1 << 30;
+    int threads = 2, max_prompt = 1 << 30, fault_at = -1, f32 = 0, relative = 0;
     dsp_backend_params bp = {.kind = DSP_BACKEND_CPU};
     for (int i = 3; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--tol")) tol = atof(argv[i + 1]);
@@ -58,7 +64,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kv-type")) bp.kv_type = !strcmp(argv[i + 1], "bf16") ? DSP_BF16 : DSP_F16;
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--max-prompt-tokens")) max_prompt = atoi(argv[i + 1]); /* skip longer prompts */
+        else if (!strcmp(argv[i], "--fault-at")) fault_at = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--precision")) f32 = !strcmp(argv[i + 1], "f32");
+        else if (!strcmp(argv[i], "--relative")) relative = atoi(argv[i + 1]);
     }
+    /* absolute: a flip needs the top-1/top-2 margin <= 2 T; relative (logits minus the row's top-1,
+     * the 8-bit mode's metric): the margin's own error is one relative deviation, <= T */
+    const double margin_tol = relative ? tol : 2 * tol;
+    bp.f32_activations = f32;
     json_error_t jerr;
     json_t *fx = json_load_file(argv[1], JSON_ALLOW_NUL, &jerr); /* generated_text may hold NUL */
     if (!fx) {
@@ -80,6 +93,7 @@ int main(int argc, char **argv) {
     }
     dsp_fwd_params fp = dsp_fwd_default_params();
     fp.n_threads = threads;
+    fp.f32_activations = f32;
     if (bp.kind == DSP_BACKEND_CUDA) {
         if (dsp_backend_create(&bp, &fp.backend)) {
             printf("SKIP: %s\n", dsp_last_error());
@@ -98,7 +112,8 @@ int main(int argc, char **argv) {
     size_t cap = (size_t)max_len + 16;
     int32_t *ids = malloc(cap * sizeof *ids), *seq = calloc(cap, sizeof *seq), *pos = malloc(cap * sizeof *pos), *rows = malloc(cap * sizeof *rows);
     float *logits = malloc((size_t)V * 65 * sizeof(float));
-    double worst = 0;
+    double worst = 0, sq = 0; /* sum of squared deviations over n_cmp compared logits */
+    long n_cmp = 0;
     for (size_t p = 0; p < json_array_size(prompts); p++) {
         json_t *pr = json_array_get(prompts, p);
         const char *name = json_string_value(json_object_get(pr, "name"));
@@ -128,43 +143,52 @@ int main(int argc, char **argv) {
         for (int s = 0; s < steps; s++) {
             const float *row = logits + (size_t)s * V;
             json_t *ti = json_array_get(top_ids, (size_t)s), *tl = json_array_get(top_logits, (size_t)s);
-            for (size_t k = 0; k < json_array_size(ti); k++) {
+            const int id0 = (int)json_integer_value(json_array_get(ti, 0));
+            const double hf0 = json_number_value(json_array_get(tl, 0));
+            for (size_t k = (size_t)relative; k < json_array_size(ti); k++) {
                 int id = (int)json_integer_value(json_array_get(ti, k));
                 double d = fabs((double)row[id] - json_number_value(json_array_get(tl, k)));
+                if (relative) d = fabs(((double)row[id] - row[id0]) - (json_number_value(json_array_get(tl, k)) - hf0));
                 if (d > dev) dev = d;
+                sq += d * d, n_cmp++;
                 if (d > tol) bad_logit++;
             }
             double margin = json_number_value(json_array_get(margins, (size_t)s));
-            if (margin > 2 * tol && argmax(row, V) != hf[s]) bad_argmax++;
+            if (margin > margin_tol && argmax(row, V) != hf[s]) bad_argmax++;
         }
         /* 2. free-running greedy on the KV-cached path */
         dsp_kv_seq_truncate(dsp_fwd_kv(f), &kv, 0);
         dsp_batch b2 = {np, ids, seq, pos, 1, &rows[0], 0, NULL};
-        int agree = 0, compared = 0, diverged = 0;
-        if (dsp_fwd_run(f, seqs, 1, &b2, logits, NULL) == DSP_OK) {
-            for (int s = 0; s < steps; s++) {
-                int t = argmax(logits, V);
-                compared++;
-                if (t != hf[s]) {
-                    if (json_number_value(json_array_get(margins, (size_t)s)) > 2 * tol) diverged = 1;
-                    break;
-                }
-                agree++;
-                int32_t pp = np + s, sq = 0, r = 0, tt = t;
-                dsp_batch b3 = {1, &tt, &sq, &pp, 1, &r, 0, NULL};
-                if (s + 1 < steps && dsp_fwd_run(f, seqs, 1, &b3, logits, NULL)) break;
+        int agree = 0, diverged = 0, fwd_failed = 0;
+        if (dsp_fwd_run(f, seqs, 1, &b2, logits, NULL) != DSP_OK) {
+            fprintf(stderr, "golden_check: %s: free-running prefill: %s\n", name, dsp_last_error());
+            fwd_failed = 1;
+        }
+        for (int s = 0; s < steps && !fwd_failed; s++) {
+            int t = argmax(logits, V);
+            if (t != hf[s]) {
+                if (json_number_value(json_array_get(margins, (size_t)s)) > margin_tol) diverged = 1;
+                break;
+            }
+            agree++;
+            int32_t pp = np + s, sq0 = 0, r = 0, tt = s == fault_at ? V : t;
+            dsp_batch b3 = {1, &tt, &sq0, &pp, 1, &r, 0, NULL};
+            if (s + 1 < steps && dsp_fwd_run(f, seqs, 1, &b3, logits, NULL) != DSP_OK) {
+                fprintf(stderr, "golden_check: %s: free-running step %d: %s\n", name, s + 1, dsp_last_error());
+                fwd_failed = 1;
             }
         }
         dsp_kv_seq_free(dsp_fwd_kv(f), &kv);
-        bool ok = !bad_logit && !bad_argmax && !diverged;
+        bool ok = !bad_logit && !bad_argmax && !diverged && !fwd_failed;
         if (!ok) fails++;
         if (dev > worst) worst = dev;
         printf("%-4s %-14s prompt %3d tokens: max |dlogit| %.2e, argmax mismatches %d, logits over tol %d, greedy %d/%d agree%s\n",
                ok ? "ok" : "FAIL", name, np, dev, bad_argmax, bad_logit, agree, steps,
-               agree < steps ? (diverged ? " (DIVERGED at a clear margin)" : " (stopped at a near-tie)") : "");
-        (void)compared;
+               fwd_failed ? " (FORWARD ERROR)" : agree < steps ? (diverged ? " (DIVERGED at a clear margin)" : " (stopped at a near-tie)") : "");
     }
-    printf("%s: %zu prompts, %d failed, worst |dlogit| %.3e (tolerance %.1e)\n", argv[1], json_array_size(prompts), fails, worst, tol);
+    printf("%s: %zu prompts, %d failed, worst |dlogit%s| %.3e, rms %.3e over %ld logits (tolerance %.2e, %s activations)\n", argv[1],
+           json_array_size(prompts), fails, relative ? " rel. top-1" : "", worst, n_cmp ? sqrt(sq / (double)n_cmp) : 0.0, n_cmp, tol,
+           f32 ? "f32" : "8-bit");
     free(ids), free(seq), free(pos), free(rows), free(logits);
     dsp_fwd_destroy(f);
     dsp_backend_destroy(fp.backend);

@@ -428,7 +428,7 @@ static void test_large_batch(void) {
 }
 
 int main(void) {
-    if (!(g_m = dsp_test_load_default_model())) return 0;
+    if (!(g_m = dsp_test_load_default_model())) return dsp_test_summary();
     g_e = make_engine(1, 512, 2048, true);
     DSP_RUN(test_greedy_and_prefix_reuse);
     DSP_RUN(test_seeded_sampling);

@@ -1,7 +1,8 @@
 /* Forward pass over a ragged batch: batch invariance (DESIGN.md §2) and input validation.
  * The logits of every position must be bit-identical whether computed one token at a time, in one
  * prefill chunk, in chunks of other sizes (1+k verify blocks), or interleaved with another sequence
- * in the same batch. Uses the default model; skips if it has not been fetched.
+ * in the same batch; for a prompt that crosses KV block boundaries (in chunks that straddle them);
+ * and with other numbers of threads (CPU). Uses the default model; skips if it has not been fetched.
  * DSP_TEST_BACKEND=cuda runs it on the GPU (CTest: test_forward_cuda, label gpu; skip code 77
  * without one) and DSP_TEST_MODEL=FILE on another model (e.g. a random-weight one of the default
  * model's shape, where the default model cannot be copied). */
@@ -24,40 +25,45 @@ static dsp_fwd *g_f;
 static int g_V;
 static bool g_default_model; /* the trained default model: it knows facts */
 
-/* logits for every position of g_prompt, feeding it in chunks of `chunk` tokens; if `interleave`,
- * each batch also carries tokens of a second sequence */
-static float *run_chunked(int chunk, bool interleave) {
-    float *all = malloc(sizeof(float) * (size_t)g_V * N_PROMPT);
-    float *lg = malloc(sizeof(float) * (size_t)g_V * 2 * N_PROMPT);
+/* The logits (n, V) of every position of prompt[0..n) run on f, fed in chunks of `chunk` tokens;
+ * each batch also carries the next tokens of other[0..n_other) as a second sequence (placed first,
+ * so the prompt's rows shift). Every argument is explicit: a case is one call. */
+static float *logits_of(dsp_fwd *f, const int32_t *prompt, int n, int chunk, const int32_t *other, int n_other) {
+    const int V = dsp_fwd_n_vocab(f);
+    float *all = malloc(sizeof(float) * (size_t)V * (size_t)n);
+    float *lg = malloc(sizeof(float) * (size_t)V * (size_t)chunk);
+    int32_t *tok = malloc(sizeof(int32_t) * 2 * (size_t)chunk), *seq = malloc(sizeof(int32_t) * 2 * (size_t)chunk);
+    int32_t *pos = malloc(sizeof(int32_t) * 2 * (size_t)chunk), *rows = malloc(sizeof(int32_t) * (size_t)chunk);
     dsp_kv_seq a, o;
-    dsp_fwd_seq_init(g_f, &a);
-    dsp_fwd_seq_init(g_f, &o);
+    dsp_fwd_seq_init(f, &a);
+    dsp_fwd_seq_init(f, &o);
     dsp_kv_seq *seqs[2] = {&a, &o};
     int done = 0, other_done = 0;
-    while (done < N_PROMPT) {
-        int32_t tok[64], seq[64], pos[64], rows[64];
-        int n = 0, nl = 0;
-        if (interleave && other_done < 7) { /* other sequence's tokens first, so rows shift */
-            int k = chunk < 7 - other_done ? chunk : 7 - other_done;
-            for (int i = 0; i < k; i++, n++) tok[n] = g_other[other_done + i], seq[n] = 1, pos[n] = other_done + i;
-            other_done += k;
+    while (done < n) {
+        int m = 0, nl = 0;
+        int ko = chunk < n_other - other_done ? chunk : n_other - other_done;
+        for (int i = 0; i < ko; i++, m++) tok[m] = other[other_done + i], seq[m] = 1, pos[m] = other_done + i;
+        other_done += ko;
+        int k = chunk < n - done ? chunk : n - done;
+        for (int i = 0; i < k; i++, m++) {
+            tok[m] = prompt[done + i], seq[m] = 0, pos[m] = done + i;
+            rows[nl++] = m;
         }
-        int k = chunk < N_PROMPT - done ? chunk : N_PROMPT - done;
-        for (int i = 0; i < k; i++, n++) {
-            tok[n] = g_prompt[done + i], seq[n] = 0, pos[n] = done + i;
-            rows[nl++] = n;
-        }
-        dsp_batch b = {n, tok, seq, pos, nl, rows, 0, NULL};
-        dsp_status st = dsp_fwd_run(g_f, seqs, 2, &b, lg, NULL);
+        dsp_batch b = {m, tok, seq, pos, nl, rows, 0, NULL};
+        dsp_status st = dsp_fwd_run(f, seqs, 2, &b, lg, NULL);
         CHECK_MSG(st == DSP_OK, "%s", dsp_last_error());
-        memcpy(all + (size_t)done * g_V, lg, sizeof(float) * (size_t)g_V * k);
+        if (st) memset(lg, 0, sizeof(float) * (size_t)V * (size_t)k);
+        memcpy(all + (size_t)done * V, lg, sizeof(float) * (size_t)V * (size_t)k);
         done += k;
     }
-    dsp_kv_seq_free(dsp_fwd_kv(g_f), &a);
-    dsp_kv_seq_free(dsp_fwd_kv(g_f), &o);
-    free(lg);
+    dsp_kv_seq_free(dsp_fwd_kv(f), &a);
+    dsp_kv_seq_free(dsp_fwd_kv(f), &o);
+    free(lg), free(tok), free(seq), free(pos), free(rows);
     return all;
 }
+
+/* g_prompt on g_f, optionally next to g_other */
+static float *run_chunked(int chunk, bool interleave) { return logits_of(g_f, g_prompt, N_PROMPT, chunk, g_other, interleave ? 7 : 0); }
 
 static void test_batch_invariance(void) {
     float *ref = run_chunked(1, false);
@@ -76,6 +82,65 @@ static void test_batch_invariance(void) {
         if (l4[v] > l4[best]) best = v;
     if (g_default_model) CHECK_EQ_INT(best, 7042);
     free(ref);
+}
+
+/* A 40-token prompt crosses the 16-token KV blocks twice; chunks of 7 and 13 straddle the
+ * boundaries (a row's keys span two blocks), 16 ends exactly on them, and the second sequence
+ * crosses them too. All bit-identical to one token at a time. */
+#define N_LONG 40
+static void long_prompt(int32_t *p) {
+    for (int i = 0; i < N_LONG; i++) p[i] = i < N_PROMPT ? g_prompt[i] : (g_other[i % 7] + i) % g_V;
+}
+
+static void test_block_boundaries(void) {
+    int32_t p[N_LONG], other[N_LONG];
+    long_prompt(p);
+    for (int i = 0; i < N_LONG; i++) other[i] = p[N_LONG - 1 - i];
+    const size_t bytes = sizeof(float) * (size_t)g_V * N_LONG;
+    float *ref = logits_of(g_f, p, N_LONG, 1, NULL, 0);
+    static const struct { int chunk, other; } modes[] = {{N_LONG, 0}, {7, 0}, {13, 1}, {16, 0}, {17, 1}};
+    for (size_t c = 0; c < sizeof modes / sizeof modes[0]; c++) {
+        float *got = logits_of(g_f, p, N_LONG, modes[c].chunk, other, modes[c].other ? N_LONG : 0);
+        CHECK_MSG(memcmp(ref, got, bytes) == 0, "40-token prompt, chunk %d, other sequence %d: logits differ", modes[c].chunk,
+                  modes[c].other);
+        free(got);
+    }
+    free(ref);
+}
+
+/* The CPU backend splits work over threads by output element, never inside a sum: forwards with 1
+ * and 3 threads give the 2-thread logits bit for bit (11- and 40-token prompts, one chunk and
+ * chunks of 13). CPU forwards of their own, whatever backend g_f runs on. */
+static dsp_fwd *cpu_fwd(int threads) {
+    dsp_fwd_params fp = dsp_fwd_default_params();
+    fp.n_ctx = 256;
+    fp.max_batch_tokens = 64;
+    fp.n_threads = threads;
+    dsp_fwd *f = NULL;
+    CHECK_MSG(dsp_fwd_create(g_m, &fp, &f) == DSP_OK, "%d threads: %s", threads, dsp_last_error());
+    return f;
+}
+
+static void test_thread_counts(void) {
+    int32_t p[N_LONG];
+    long_prompt(p);
+    dsp_fwd *f2 = cpu_fwd(2);
+    if (!f2) return;
+    float *ref = logits_of(f2, p, N_LONG, N_LONG, NULL, 0), *ref11 = logits_of(f2, g_prompt, N_PROMPT, N_PROMPT, NULL, 0);
+    dsp_fwd_destroy(f2);
+    static const int threads[] = {1, 3};
+    for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++) {
+        dsp_fwd *f = cpu_fwd(threads[t]);
+        if (!f) continue;
+        float *a = logits_of(f, p, N_LONG, N_LONG, NULL, 0), *b = logits_of(f, p, N_LONG, 13, NULL, 0);
+        float *c = logits_of(f, g_prompt, N_PROMPT, N_PROMPT, NULL, 0);
+        CHECK_MSG(memcmp(ref, a, sizeof(float) * (size_t)g_V * N_LONG) == 0, "%d threads: 40-token prompt differs", threads[t]);
+        CHECK_MSG(memcmp(ref, b, sizeof(float) * (size_t)g_V * N_LONG) == 0, "%d threads, chunks of 13: differs", threads[t]);
+        CHECK_MSG(memcmp(ref11, c, sizeof(float) * (size_t)g_V * N_PROMPT) == 0, "%d threads: 11-token prompt differs", threads[t]);
+        free(a), free(b), free(c);
+        dsp_fwd_destroy(f);
+    }
+    free(ref), free(ref11);
 }
 
 static void test_rollback(void) {
@@ -200,13 +265,13 @@ int main(void) {
         const char *kvt = getenv("DSP_TEST_KV_TYPE"); /* "bf16": the CUDA backend's other K/V type */
         dsp_backend_params bp = {.kind = DSP_BACKEND_CUDA, .kv_type = kvt && !strcmp(kvt, "bf16") ? DSP_BF16 : 0};
         if (dsp_backend_cuda_create(&bp, &be)) {
-            printf("SKIP: %s\n", dsp_last_error());
-            return 77;
+            printf("SKIP: %s\n", dsp_last_error()); /* no GPU: a skip even under DSP_TEST_REQUIRE */
+            return DSP_TEST_SKIP_CODE;
         }
     }
     if (!(g_m = dsp_test_load_model(&g_default_model))) {
         dsp_backend_destroy(be);
-        return getenv("DSP_TEST_MODEL") ? 1 : be ? 77 : 0;
+        return getenv("DSP_TEST_MODEL") ? 1 : dsp_test_summary();
     }
     dsp_fwd_params fp = dsp_fwd_default_params();
     fp.backend = be;
@@ -219,6 +284,8 @@ int main(void) {
     for (int i = 0; i < N_PROMPT; i++) g_prompt[i] %= g_V; /* another model may have a smaller vocabulary */
     for (int i = 0; i < 7; i++) g_other[i] %= g_V;
     DSP_RUN(test_batch_invariance);
+    DSP_RUN(test_block_boundaries);
+    DSP_RUN(test_thread_counts);
     DSP_RUN(test_rollback);
     DSP_RUN(test_taps);
     DSP_RUN(test_vs_cpu);

@@ -8,7 +8,11 @@
  *    (crossing the fused/scratch paths), the weight-row split (thread chunks) or the row offset;
  *  - AVX2 and AVX-512 matmuls/dots are bitwise equal where both run;
  *  - dot, rmsnorm, softmax, SwiGLU, axpy, argmax vs the reference (NMSE, or exact where the
- *    kernel promises it).
+ *    kernel promises it);
+ *  - 8-bit activations: quantize_q8 bitwise equal to the scalar quantizer (odd values, zero, NaN
+ *    and inf blocks); matmul_q8 bitwise equal to the q8 block order (dsp_cpu_q8_dot_ref) for 1 and
+ *    n rows, any weight-row split, every q8 weight type, tails; and the oracle itself against a
+ *    double-precision dot of the dequantized weights and activations (catches a lost offset/min).
  * Prints which tables ran; a table this CPU cannot run is reported as skipped. */
 /* ctest-label: kernel */
 #include "dsp_test.h"
@@ -25,7 +29,7 @@ static const uint32_t g_types[] = {DSP_F32, DSP_F16, DSP_BF16, DSP_Q4_0, DSP_Q4_
 
 static int block_of(uint32_t type) { return (int)dsp_dtype_get(type)->block_elems; }
 
-static const dsp_cpu_ops *g_tables[3];
+static const dsp_cpu_ops *g_tables[5];
 static int g_n_tables;
 
 /* ---- dequantization --------------------------------------------------------------------------- */
@@ -151,6 +155,138 @@ static void test_cross_isa(void) {
     }
 }
 
+/* ---- 8-bit activations ------------------------------------------------------------------------ */
+
+/* activations with block magnitudes spread over decades, a zero block, outliers, and values that
+ * land exactly on .5 after scaling (round-to-even ties) */
+static void random_acts(float *x, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float mag = powf(10.0f, (float)(rnd() % 7) - 4.0f);
+        const int kind = (int)(rnd() % 8);
+        for (int k = 0; k < 32; k++) x[32 * b + k] = kind == 0 ? 0.0f : mag * frnd();
+        if (kind == 1) x[32 * b + (int)(rnd() % 32)] = 50 * mag; /* an outlier */
+        if (kind == 2) {                                         /* ties: amax 127 -> scale 1 */
+            for (int k = 0; k < 32; k++) x[32 * b + k] = (float)((int)(rnd() % 254) - 127) + 0.5f * (float)(rnd() % 2);
+            x[32 * b] = 127.0f;
+        }
+    }
+}
+
+static const uint32_t g_q8_types[] = {DSP_Q4_0, DSP_Q4_1, DSP_Q8_0, DSP_Q4_K, DSP_Q5_K, DSP_Q6_K};
+#define N_Q8_TYPES (int)(sizeof g_q8_types / sizeof g_q8_types[0])
+
+static void test_q8_quantize(void) {
+    const int64_t lens[] = {32, 64, 96, 256, 288, 576, 1056, 3072};
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        const int64_t n = lens[li], nbp = dsp_cpu_q8_nbp(n);
+        const size_t rb = dsp_cpu_q8_row_bytes(n), used = (size_t)(72 * nbp);
+        float *x = xalloc(sizeof(float) * (size_t)n);
+        uint8_t *a = xalloc(rb), *b = xalloc(rb);
+        for (int rep = 0; rep < 10; rep++) {
+            random_acts(x, n);
+            if (rep == 9) x[0] = NAN, x[n - 1] = INFINITY, x[n / 2] = -INFINITY; /* garbage in: defined, identical out */
+            memset(a, 0xAB, rb);
+            dsp_cpu_quantize_q8(x, n, a);
+            if (rep < 9) { /* the oracle itself: |x - dx * q| <= dx / 2, sums and lane copies consistent */
+                const int8_t *q = dsp_cpu_q8_q(a);
+                const float *d = dsp_cpu_q8_d(a, nbp), *sx = dsp_cpu_q8_s(a, nbp);
+                const int32_t *nS = dsp_cpu_q8_nS(a, nbp), *nSlo = dsp_cpu_q8_nSlo(a, nbp), *nShi = dsp_cpu_q8_nShi(a, nbp);
+                int bad = 0;
+                for (int64_t bl = 0; bl < nbp; bl++) {
+                    int32_t sum[2][2] = {{0, 0}, {0, 0}};
+                    const float dx = d[2 * bl];
+                    for (int k = 0; k < 32; k++) {
+                        const int64_t e = dsp_cpu_q8_index(bl, k);
+                        if (bl < n / 32 && fabs((double)x[32 * bl + k] - (double)dx * q[e]) > 0.5001 * dx + 1e-30) bad++;
+                        if (bl >= n / 32 && q[e] != 0) bad++;
+                        sum[k / 16][(k / 4) % 2] += q[e];
+                    }
+                    for (int h = 0; h < 2; h++)
+                        if (-nSlo[2 * bl + h] != sum[0][h] || -nShi[2 * bl + h] != sum[1][h] || -nS[2 * bl + h] != sum[0][h] + sum[1][h]) bad++;
+                    if (sx[2 * bl] != dx * (float)(sum[0][0] + sum[0][1] + sum[1][0] + sum[1][1]) || d[2 * bl + 1] != dx || sx[2 * bl + 1] != 0) bad++;
+                }
+                CHECK_MSG(!bad, "quantize_q8 n=%lld: %d bad values", (long long)n, bad);
+            }
+            for (int t = 0; t < g_n_tables; t++) {
+                memset(b, 0xCD, rb);
+                g_tables[t]->quantize_q8(x, n, b);
+                CHECK_MSG(!memcmp(a, b, used), "%s quantize_q8 n=%lld differs from the scalar quantizer (rep %d)", g_tables[t]->name,
+                          (long long)n, rep);
+            }
+        }
+        free(x), free(a), free(b);
+    }
+}
+
+static void test_q8_matmul(void) {
+    const int n_rows_list[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 40};
+    const int max_x = 40;
+    for (int ti = 0; ti < N_Q8_TYPES; ti++) {
+        const uint32_t type = g_q8_types[ti];
+        CHECK(dsp_cpu_q8_type(type));
+        const int blk = block_of(type);
+        /* legacy types: a single block, a partial last step (18 blocks), whole steps; K-quants: 1, 3, 8 super-blocks */
+        const int64_t ins[3] = {blk == 32 ? 32 : 256, blk == 32 ? 576 : 768, blk == 32 ? 1024 : 2048};
+        const int64_t outs[3] = {5, 19, 37};
+        for (int ci = 0; ci < 3; ci++) {
+            const int64_t in = ins[ci], out = outs[ci];
+            const size_t rb = dsp_dtype_row_bytes(type, (uint64_t)in), qb = dsp_cpu_q8_row_bytes(in);
+            uint8_t *w = xalloc(rb * (size_t)out), *xq = xalloc(qb * (size_t)max_x);
+            float *x = xalloc(sizeof(float) * (size_t)(in * max_x)), *wd = xalloc(sizeof(float) * (size_t)in);
+            float *yref = xalloc(sizeof(float) * (size_t)(out * max_x)), *yn = xalloc(sizeof(float) * (size_t)(out * max_x));
+            for (int64_t r = 0; r < out; r++) random_row(type, w + (size_t)r * rb, in);
+            random_acts(x, in * max_x);
+            for (int i = 0; i < max_x; i++) dsp_cpu_quantize_q8(x + i * in, in, xq + (size_t)i * qb);
+            const int64_t nbp = dsp_cpu_q8_nbp(in);
+            int bad = 0;
+            for (int64_t r = 0; r < out; r++) {
+                dsp_dequantize_row(type, w + (size_t)r * rb, wd, (uint64_t)in);
+                for (int i = 0; i < max_x; i++) {
+                    const uint8_t *xr = xq + (size_t)i * qb;
+                    const float y = dsp_cpu_q8_dot_ref(type, w + (size_t)r * rb, xr, in);
+                    yref[i * out + r] = y;
+                    /* the integer formulation against float arithmetic on the dequantized values */
+                    double exact = 0, mag = 0;
+                    for (int64_t k = 0; k < in; k++) {
+                        const double xv = (double)dsp_cpu_q8_d(xr, nbp)[2 * (k / 32)] * dsp_cpu_q8_q(xr)[dsp_cpu_q8_index(k / 32, (int)(k % 32))];
+                        exact += (double)wd[k] * xv;
+                        mag += fabs((double)wd[k] * xv);
+                    }
+                    if (fabs((double)y - exact) > 1e-5 * mag + 1e-30) bad++;
+                }
+            }
+            CHECK_MSG(!bad, "q8 oracle %s %lldx%lld: %d dots off the dequantized double-precision dot", dsp_dtype_name(type), (long long)out,
+                      (long long)in, bad);
+            for (int t = 0; t < g_n_tables; t++) {
+                const dsp_cpu_ops *o = g_tables[t];
+                int bad1 = 0;
+                for (int i = 0; i < max_x; i++) {
+                    o->matmul_q8(type, w, rb, in, 0, out, xq + (size_t)i * qb, qb, 1, yn + i * out, out);
+                    for (int64_t r = 0; r < out; r++) bad1 += yn[i * out + r] != yref[i * out + r];
+                }
+                CHECK_MSG(!bad1, "%s matmul_q8 %s %lldx%lld: %d of 1-row outputs differ from the q8 block order", o->name, dsp_dtype_name(type),
+                          (long long)out, (long long)in, bad1);
+                for (size_t k = 0; k < sizeof n_rows_list / sizeof *n_rows_list; k++) {
+                    const int n_x = n_rows_list[k];
+                    o->matmul_q8(type, w, rb, in, 0, out, xq, qb, n_x, yn, out);
+                    CHECK_MSG(!memcmp(yn, yref, sizeof(float) * (size_t)(out * n_x)), "%s matmul_q8 %s %lld: %d rows differ from the q8 block order",
+                              o->name, dsp_dtype_name(type), (long long)in, n_x);
+                }
+                for (int64_t r0 = 0; r0 < out;) { /* the pool's weight-row split */
+                    int64_t r1 = r0 + 1 + (int64_t)(rnd() % 7);
+                    if (r1 > out) r1 = out;
+                    o->matmul_q8(type, w, rb, in, r0, r1, xq, qb, 9, yn, out);
+                    r0 = r1;
+                }
+                CHECK_MSG(!memcmp(yn, yref, sizeof(float) * (size_t)(out * 9)), "%s matmul_q8 %s: row split changes values", o->name,
+                          dsp_dtype_name(type));
+            }
+            free(w), free(xq), free(x), free(wd), free(yref), free(yn);
+        }
+    }
+    CHECK(!dsp_cpu_q8_type(DSP_F32) && !dsp_cpu_q8_type(DSP_F16) && !dsp_cpu_q8_type(DSP_Q5_0));
+}
+
 /* ---- small kernels ---------------------------------------------------------------------------- */
 
 static void test_small(void) {
@@ -229,8 +365,8 @@ static void test_selection(void) {
 }
 
 int main(void) {
-    static const char *const names[] = {"scalar", "avx2", "avx512"};
-    for (int i = 0; i < 3; i++) {
+    static const char *const names[] = {"scalar", "avx2", "avx2vnni", "avx512", "avx512vnni"};
+    for (int i = 0; i < 5; i++) {
         const dsp_cpu_ops *o = dsp_cpu_ops_get(names[i]);
         if (o) g_tables[g_n_tables++] = o;
         printf("  table %-7s %s\n", names[i], o ? "tested" : "SKIPPED (this CPU/OS cannot run it)");
@@ -239,6 +375,8 @@ int main(void) {
     DSP_RUN(test_dequant_exact);
     DSP_RUN(test_matmul);
     DSP_RUN(test_cross_isa);
+    DSP_RUN(test_q8_quantize);
+    DSP_RUN(test_q8_matmul);
     DSP_RUN(test_small);
     return dsp_test_summary();
 }

@@ -902,7 +902,7 @@ static int run_fixture_file(const char *path, int *n_cases) {
 static void test_hf_fixtures(void) {
     const char *dir = getenv("DSP_FIXTURES");
     if (!dir || !*dir) {
-        fprintf(stderr, "skip: DSP_FIXTURES not set (ctest sets it)\n");
+        dsp_test_skip("DSP_FIXTURES not set (ctest sets it)");
         return;
     }
     const char *files[] = {"warpers.json", "penalties.json"};

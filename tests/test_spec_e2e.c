@@ -453,11 +453,11 @@ int main(void) {
     if (nt && atoi(nt) > 0) g_tokens = atoi(nt);
     g_cuda = dsp_test_wants_cuda();
     if (g_cuda && !dsp_backend_cuda_available()) {
-        printf("SKIP: DSP_TEST_BACKEND=cuda but no usable CUDA device\n");
-        return 77;
+        printf("SKIP: DSP_TEST_BACKEND=cuda but no usable CUDA device\n"); /* a skip even under DSP_TEST_REQUIRE */
+        return DSP_TEST_SKIP_CODE;
     }
     bool is_default;
-    if (!(g_m = dsp_test_load_model(&is_default))) return getenv("DSP_TEST_MODEL") ? 1 : g_cuda ? 77 : 0;
+    if (!(g_m = dsp_test_load_model(&is_default))) return getenv("DSP_TEST_MODEL") ? 1 : dsp_test_summary();
     dsp_engine_params ep = dsp_engine_default_params();
     ep.device = g_cuda ? DSP_DEVICE_CUDA : DSP_DEVICE_CPU;
     ep.n_ctx = 512;

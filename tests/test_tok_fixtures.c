@@ -82,7 +82,7 @@ static void check_model(const char *model, json_t *corpus, size_t n_corpus) {
     snprintf(mpath, sizeof mpath, "%s/%s.gguf", mdir ? mdir : "models", model);
     FILE *probe = fopen(mpath, "rb");
     if (!probe) {
-        fprintf(stderr, "SKIP %s: model file %s not present\n", model, mpath);
+        dsp_test_skip("%s: model file %s not present (scripts/fetch-models)", model, mpath);
         return;
     }
     fclose(probe);

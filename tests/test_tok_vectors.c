@@ -42,7 +42,7 @@ static void check_vocab(const char *dir, const char *name) {
     }
     dsp_str model;
     if (dsp_gguf_get_str(g, "tokenizer.ggml.model", &model) == DSP_OK && dsp_str_eq(model, "bert")) {
-        fprintf(stderr, "SKIP %s: WordPiece (bert) tokenizers are not implemented\n", name);
+        fprintf(stderr, "not checked %s: WordPiece (bert) tokenizers are not implemented\n", name);
         dsp_gguf_destroy(g);
         return;
     }
@@ -112,14 +112,14 @@ static bool exists(const char *dir, const char *name, const char *suffix) {
 static void test_vectors(void) {
     const char *shared = dsp_test_shared_dir();
     if (!shared) {
-        fprintf(stderr, "SKIP: DSP_TESTDATA not set (public test vectors absent)\n");
+        dsp_test_skip("DSP_TESTDATA not set (the public test vectors of ../shared/testdata are absent)");
         return;
     }
     char dir[2048];
     snprintf(dir, sizeof dir, "%.2000s/tokenizer-vectors", shared);
     DIR *d = opendir(dir);
     if (!d) {
-        fprintf(stderr, "SKIP: %s absent\n", dir);
+        dsp_test_skip("%s absent", dir);
         return;
     }
     struct dirent *de;
@@ -135,7 +135,7 @@ static void test_vectors(void) {
     closedir(d);
     for (int i = 0; i < nn; i++) {
         if (!exists(dir, names[i], ".gguf.inp") || !exists(dir, names[i], ".gguf.out")) {
-            fprintf(stderr, "SKIP %s: no .inp/.out pair\n", names[i]);
+            fprintf(stderr, "not checked %s: the test data has no .inp/.out pair for it\n", names[i]);
             continue;
         }
         check_vocab(dir, names[i]);

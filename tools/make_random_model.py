@@ -19,7 +19,8 @@ Types (what llama.cpp's quantize would typically write):
     q4_0-pure  every 2-D weight Q4_0
     q4_k_m     llama.cpp's Q4_K_M mix: Q4_K, with Q6_K for the output matrix and for attn_v and
                ffn_down of the first and last eighth of the layers and every third one between
-               (needs --fast: gguf cannot quantize to K-quants)
+               (gguf only dequantizes K-quants: without --fast, Q4_K/Q6_K blocks are made here by plain
+               min/max rounding: valid blocks of the real layout, not llama.cpp's search)
 Norms are F32.
 
 --fast builds each tensor by tiling a pool of random blocks (valid scales, the same magnitudes)
@@ -70,6 +71,63 @@ TYPES = {
 FILE_TYPE = {"bf16": gguf.LlamaFileType.MOSTLY_BF16, "q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M,
              "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
              "q4_1": gguf.LlamaFileType.MOSTLY_Q4_1, "q4_0-pure": gguf.LlamaFileType.MOSTLY_Q4_0}
+
+
+def _f16_bytes(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float16).reshape(-1, 1).view(np.uint8)
+
+
+def quantize_q4_k(x: np.ndarray) -> np.ndarray:
+    """(rows, n) float32 -> (rows, n / 256 * 144) uint8 Q4_K blocks: per 32-weight sub-block
+    w = d * sc * q - dmin * m with 6-bit sc, m and 4-bit q (layout of gguf's Q4_K.dequantize_blocks)."""
+    rows = x.shape[0]
+    b = x.reshape(-1, 8, 32).astype(np.float32)
+    lo = np.minimum(b.min(axis=-1), 0.0)
+    hi = b.max(axis=-1)
+    scale = (hi - lo) / 15.0
+    mn = -lo
+    d = (scale.max(axis=-1) / 63.0).astype(np.float16).astype(np.float32)
+    dmin = (mn.max(axis=-1) / 63.0).astype(np.float16).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d[:, None] > 0, np.clip(np.rint(scale / d[:, None]), 0, 63), 0).astype(np.uint8)
+        m = np.where(dmin[:, None] > 0, np.clip(np.rint(mn / dmin[:, None]), 0, 63), 0).astype(np.uint8)
+        step = d[:, None] * sc
+        q = np.where(step[..., None] > 0, np.rint((b + (dmin[:, None] * m)[..., None]) / step[..., None]), 0)
+    q = np.clip(q, 0, 15).astype(np.uint8)  # (nb, 8, 32)
+    scales = np.empty((b.shape[0], 12), np.uint8)
+    scales[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
+    scales[:, 4:8] = (m[:, 0:4] & 63) | ((m[:, 4:8] >> 4) << 6)
+    scales[:, 8:12] = (sc[:, 4:8] & 15) | ((m[:, 4:8] & 15) << 4)
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(-1, 128)  # sub-block 2c low nibbles, 2c+1 high
+    out = np.concatenate([_f16_bytes(d), _f16_bytes(dmin), scales, qs], axis=1)
+    return out.reshape(rows, -1)
+
+
+def quantize_q6_k(x: np.ndarray) -> np.ndarray:
+    """(rows, n) float32 -> (rows, n / 256 * 210) uint8 Q6_K blocks: per 16 weights
+    w = d * sc * (q - 32) with int8 sc and 6-bit q (layout of gguf's Q6_K.dequantize_blocks)."""
+    rows = x.shape[0]
+    b = x.reshape(-1, 16, 16).astype(np.float32)
+    s = np.abs(b).max(axis=-1) / 31.0
+    d = (s.max(axis=-1) / 127.0).astype(np.float16).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d[:, None] > 0, np.clip(np.rint(s / d[:, None]), -128, 127), 0).astype(np.int8)
+        step = d[:, None] * sc.astype(np.float32)
+        q = np.where(step[..., None] != 0, np.rint(b / step[..., None]), 0)
+    q = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(-1, 2, 128)  # two halves of 128
+    ql = (q[:, :, 0:64] & 15) | ((q[:, :, 64:128] & 15) << 4)  # element e < 64: low nibble, e >= 64: high
+    qh = q.reshape(-1, 2, 4, 32) >> 4
+    qh = qh[:, :, 0] | (qh[:, :, 1] << 2) | (qh[:, :, 2] << 4) | (qh[:, :, 3] << 6)
+    out = np.concatenate([ql.reshape(-1, 128), qh.reshape(-1, 64), sc.view(np.uint8), _f16_bytes(d)], axis=1)
+    return out.reshape(rows, -1)
+
+
+def quantize(arr: np.ndarray, qt) -> np.ndarray:
+    """llama.cpp's blocks of type qt for a 2-D float32 array, row chunks at a time (memory)."""
+    fn = {QT.Q4_K: quantize_q4_k, QT.Q6_K: quantize_q6_k}.get(qt)
+    if fn is None:
+        return gguf.quants.quantize(np.ascontiguousarray(arr), qt)
+    return np.concatenate([fn(arr[i:i + 4096]) for i in range(0, arr.shape[0], 4096)], axis=0)
 
 
 def tensors(spec: dict, seed: int):
@@ -192,8 +250,6 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=4242)
     ap.add_argument("--fast", action="store_true", help="tile random blocks instead of quantizing draws (see above)")
     a = ap.parse_args()
-    if a.type == "q4_k_m" and not a.fast:
-        ap.error("--type q4_k_m needs --fast (gguf cannot quantize to K-quants)")
     spec = SHAPES[a.shape]
     wt, et = TYPES[a.type]
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
@@ -228,7 +284,7 @@ def main() -> int:
         if a.fast:
             q = tiled(qt, arr.shape, arr.amp, rng, pools)
         else:
-            q = gguf.quants.quantize(np.ascontiguousarray(arr), qt)
+            q = quantize(arr, qt)
         w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
         print(f"  {name:28s} {qt.name:5s} {tuple(arr.shape)}", file=sys.stderr)
     w.write_header_to_file()

@@ -25,6 +25,7 @@ int dsp_cmd_generate(int argc, char **argv);
 int dsp_cmd_chat(int argc, char **argv);
 int dsp_cmd_benchmark(int argc, char **argv);
 int dsp_cmd_serve(int argc, char **argv);
+int dsp_cmd_pull(int argc, char **argv);
 
 double dsp_cli_now_ms(void);
 struct dsp_gen_params;
@@ -37,7 +38,8 @@ int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, struct dsp_gen_params *
  * --hybrid-min, --draft-argmax, --lookup-min, --lookup-max. */
 int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, struct dsp_gen_params *gp, bool *handled);
 /* Engine options alone (serve, benchmark too): -c/--ctx, -t/--threads, --batch-tokens (--batch),
- * --max-batch, --kv-memory, --no-prefix-cache, --device/--backend auto|cpu|cuda, --gpu N. */
+ * --max-batch, --kv-memory, --no-prefix-cache, --device/--backend auto|cpu|cuda, --gpu N,
+ * --precision q8|f32. */
 int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_params *cp, bool *handled);
 /* the help lines for those */
 #define DSP_CLI_ENGINE_HELP                                                                                    \
@@ -46,7 +48,8 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_pa
     "      --device D          auto (default: the GPU when present), cpu or cuda; --gpu N picks the GPU\n"      \
     "      --batch-tokens N    tokens per forward, also the prefill chunk (default 512)\n"                      \
     "      --kv-memory SIZE    KV cache size, e.g. 512M (default: max-batch full contexts, at most 1/4 RAM)\n"   \
-    "      --no-prefix-cache   do not reuse the KV of earlier requests\n"                                   \
+    "      --no-prefix-cache   do not reuse the KV of earlier requests\n"                                      \
+    "      --precision P       CPU matmuls: q8 (default: 8-bit activations, integer dot products) or f32\n"      \
     "      --draft-model D     a DFlash or DSpark drafter for the model: a Hugging Face directory or repo id\n"
 /* the help lines of the speculation options (dsp_cli_parse_gen_opt) */
 #define DSP_CLI_SPEC_HELP                                                                                       \

@@ -67,6 +67,10 @@ static void usage(FILE *f) {
             "      --backend B      where the forward runs: auto|cpu|cuda (default auto: the GPU if present)\n"
             "      --gpu N          CUDA device (default 0)\n"
             "      --kv-type T      K/V element type on the GPU: f16|bf16 (default f16)\n"
+            "      --precision P    CPU matmuls: q8 (default, 8-bit activations) or f32\n"
+            "      --no-verify      skip the verify curve\n"
+            "      --no-prefill     skip the prefill figure\n"
+            "      --decode-tokens N  tokens of the engine's decode figure (default 128)\n"
             "      --json           print one JSON object\n"
             "  -h, --help           this help\n");
 }
@@ -319,6 +323,7 @@ static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const char 
     cp.n_threads = bp->n_threads;
     cp.max_batch = 1;
     cp.draft_model = draft_model;
+    cp.precision = bp->f32_activations ? DSP_PRECISION_F32 : DSP_PRECISION_Q8;
     dsp_engine *c = NULL;
     int32_t *ids = NULL;
     int rc = 1;
@@ -422,9 +427,10 @@ static void spec_text(const spec_report *sr, int repeat) {
 
 int dsp_cmd_benchmark(int argc, char **argv) {
     const char *model = NULL, *draft = NULL, *trace_path = NULL;
-    bool json = false;
-    int threads = 0, repeat = 5, bw_mb = -1;
+    bool json = false, no_verify = false, no_prefill = false;
+    int threads = 0, repeat = 5, bw_mb = -1, decode_tokens = DECODE_TOKENS;
     dsp_backend_params bp = {.kind = DSP_BACKEND_AUTO};
+    dsp_precision precision = DSP_PRECISION_Q8;
     dsp_gen_params gp = dsp_gen_default_params();
     if (dsp_cli_wants_help(argc, argv)) {
         usage(stdout);
@@ -444,6 +450,18 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         else if (!strcmp(a, "--bw-mb") && has_val) bw_mb = atoi(argv[++i]);
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--gpu") && has_val) bp.gpu = atoi(argv[++i]);
+        else if (!strcmp(a, "--no-verify")) no_verify = true;
+        else if (!strcmp(a, "--no-prefill")) no_prefill = true;
+        else if (!strcmp(a, "--decode-tokens") && has_val) decode_tokens = atoi(argv[++i]);
+        else if (!strcmp(a, "--precision") && has_val) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "q8")) precision = DSP_PRECISION_Q8;
+            else if (!strcmp(v, "f32")) precision = DSP_PRECISION_F32;
+            else {
+                fprintf(stderr, "dspark benchmark: --precision: '%s' is not q8 or f32\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--backend") && has_val) {
             const char *v = argv[++i];
             if (!strcmp(v, "auto")) bp.kind = DSP_BACKEND_AUTO;
@@ -472,8 +490,9 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (threads < 0 || threads > 1024 || repeat < 1 || repeat > 64 || bw_mb < -1 || bw_mb > 65536 || bp.gpu < 0) {
-        fprintf(stderr, "dspark benchmark: --threads 0..1024, --repeat 1..64, --bw-mb 0..65536, --gpu >= 0\n");
+    if (threads < 0 || threads > 1024 || repeat < 1 || repeat > 64 || bw_mb < -1 || bw_mb > 65536 || decode_tokens < 1 || decode_tokens > 4096 ||
+        bp.gpu < 0) {
+        fprintf(stderr, "dspark benchmark: --threads 0..1024, --repeat 1..64, --bw-mb 0..65536, --decode-tokens 1..4096, --gpu >= 0\n");
         return 2;
     }
     if (threads == 0) threads = dsp_physical_cores();
@@ -505,6 +524,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     const double load0 = loadavg1(), cpu0 = cpu_seconds(), wall0 = dsp_cli_now_ms();
 
     bp.progress = !json;
+    bp.f32_activations = precision == DSP_PRECISION_F32;
     if (dsp_backend_create(&bp, &be)) {
         dsp_cli_fail("benchmark", "%s", dsp_last_error());
         goto out;
@@ -516,7 +536,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     double dec[64] = {0}, dec_cpu[64] = {0};
     dec_result dr;
     memset(&dr, 0, sizeof dr);
-    gp.max_tokens = DECODE_TOKENS;
+    gp.max_tokens = decode_tokens;
     gp.ignore_eos = true;
     if (engine_decode(m, &bp, draft, trace, &gp, repeat, dec, dec_cpu, &dr, sr)) goto out;
 
@@ -526,6 +546,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     dsp_fwd_params fp = dsp_fwd_default_params();
     fp.backend = be;
     fp.n_threads = threads;
+    fp.f32_activations = bp.f32_activations;
     fp.max_batch_tokens = PREFILL_TOKENS;
     fp.max_logits = VERIFY_MAX_K + 1;
     fp.n_ctx = (uint32_t)(m->hp.n_ctx_train < 1024 ? m->hp.n_ctx_train : 1024);
@@ -548,16 +569,18 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     }
     dsp_kv_seq s;
     if (dsp_fwd_seq_init(b->f, &s)) goto out;
-    double pre[64], pre_cpu[64], ver[VERIFY_MAX_K + 1][64], ver_cpu[VERIFY_MAX_K + 1][64], cms;
-    forward_ms(b, &s, 0, PREFILL_TOKENS, 1, NULL); /* warm-up */
-    for (int r = 0; r < repeat; r++) {
+    double pre[64] = {0}, pre_cpu[64] = {0}, ver[VERIFY_MAX_K + 1][64] = {{0}}, ver_cpu[VERIFY_MAX_K + 1][64] = {{0}}, cms;
+    if (!no_prefill) forward_ms(b, &s, 0, PREFILL_TOKENS, 1, NULL); /* warm-up */
+    for (int r = 0; r < repeat && !no_prefill; r++) {
         pre[r] = PREFILL_TOKENS / (forward_ms(b, &s, 0, PREFILL_TOKENS, 1, &cms) / 1e3);
         pre_cpu[r] = PREFILL_TOKENS / (cms / 1e3);
     }
-    forward_ms(b, &s, 0, VERIFY_PREFIX, 1, NULL);
-    for (int k = 0; k <= VERIFY_MAX_K; k++) forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, NULL); /* warm-up */
-    for (int r = 0; r < repeat; r++) /* interleave k within a repeat: drifts in machine load hit all k alike */
-        for (int k = 0; k <= VERIFY_MAX_K; k++) ver[k][r] = forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, &ver_cpu[k][r]);
+    forward_ms(b, &s, 0, VERIFY_PREFIX, 1, NULL); /* the prefix the verify curve and the forward decode run after */
+    if (!no_verify) {
+        for (int k = 0; k <= VERIFY_MAX_K; k++) forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, NULL); /* warm-up */
+        for (int r = 0; r < repeat; r++) /* interleave k within a repeat: drifts in machine load hit all k alike */
+            for (int k = 0; k <= VERIFY_MAX_K; k++) ver[k][r] = forward_ms(b, &s, VERIFY_PREFIX, 1 + k, 1 + k, &ver_cpu[k][r]);
+    }
     double fdec[64];
     forward_decode(b, &s); /* warm-up */
     for (int r = 0; r < repeat; r++) fdec[r] = forward_decode(b, &s);
@@ -592,12 +615,15 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         printf("{\"schema\": \"dspark.benchmark/1\", \"model\": \"");
         for (const char *p = model; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
         printf("\", \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\", \"isa_supported\": \"%s\", \"threads\": %d, \"git_commit\": \"%s\", "
-               "\"backend\": \"%s\", \"mem_bw_gb_s\": %.2f, \"mem_bw_of\": \"%s\", \"loadavg_1m\": %.2f, \"cpu_share\": %.2f}, \"repeat\": %d",
-               cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT, be->desc, bw, gpu ? "device" : "host", load0, cpu_share, repeat);
+               "\"precision\": \"%s\", \"backend\": \"%s\", \"mem_bw_gb_s\": %.2f, \"mem_bw_of\": \"%s\", \"loadavg_1m\": %.2f, \"cpu_share\": %.2f}, \"repeat\": %d",
+               cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT, dsp_precision_to_string(precision), be->desc, bw, gpu ? "device" : "host", load0, cpu_share, repeat);
         printf(", \"prefill\": {\"n_tokens\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [", PREFILL_TOKENS, pre_med, pre_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", pre[r]);
-        printf("]}, \"decode\": {\"n_tokens\": %d, \"via\": \"%s\", \"mode\": \"%s\", \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [",
-               DECODE_TOKENS, "engine", dsp_spec_mode_to_string(sr->resolved), dec_med, dec_cpu_med);
+        char md[16];
+        if (gp.max_draft == DSP_DRAFT_AUTO) snprintf(md, sizeof md, "\"auto\"");
+        else snprintf(md, sizeof md, "%d", gp.max_draft);
+        printf("]}, \"decode\": {\"n_tokens\": %d, \"via\": \"%s\", \"mode\": \"%s\", \"max_draft\": %s, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, "
+               "\"runs\": [", decode_tokens, "engine", dsp_spec_mode_to_string(sr->resolved), md, dec_med, dec_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", dec[r]);
         printf("], \"rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu", dr.res.n_rounds, dr.res.n_drafted, dr.res.n_accepted);
         spec_json(sr, &gp, repeat);
@@ -609,6 +635,8 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         printf("], \"tok_s\": [");
         for (int i = 0; i < n_batch; i++) printf("%s%.2f", i ? ", " : "", median(batched[i], repeat));
         printf("]}");
+        if (no_verify) printf(", \"verify\": null");
+        else {
         printf(", \"verify\": {\"prefix\": %d, \"ms\": [", VERIFY_PREFIX);
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_med[k]);
         printf("], \"rel\": [");
@@ -617,25 +645,31 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_cpu_med[k]);
         printf("], \"cpu_rel\": [");
         for (int k = 0; k <= VERIFY_MAX_K; k++) printf("%s%.3f", k ? ", " : "", ver_cpu_med[k] / ver_cpu_med[0]);
-        printf("]}, \"roofline\": {\"weight_bytes_per_token\": %llu, \"kv_bytes_per_token\": %llu, \"read_bw_gb_s\": %.2f, \"tok_s\": %.2f, "
+        printf("]}");
+        }
+        printf(", \"roofline\": {\"weight_bytes_per_token\": %llu, \"kv_bytes_per_token\": %llu, \"read_bw_gb_s\": %.2f, \"tok_s\": %.2f, "
                "\"decode_fraction\": %.3f, \"forward_decode_fraction\": %.3f}, \"peak_rss_mb\": %.1f}\n",
                (unsigned long long)wbytes, (unsigned long long)kvbytes, bw, roof, roof > 0 ? dec_med / roof : 0,
                roof > 0 ? fdec_med / roof : 0, peak_rss_mb);
     } else {
-        printf("machine   %s, kernels %s (supported: %s), %d threads, commit %s\n", cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT);
+        printf("machine   %s, kernels %s (supported: %s), %s activations, %d threads, commit %s\n", cpu, isa, dsp_cpu_isa_supported(),
+               dsp_precision_to_string(precision), threads, DSP_GIT_COMMIT);
         printf("load      load average %.2f before; this process got %.0f%% of %d CPUs while measuring\n", load0, 100 * cpu_share, threads);
         printf("backend   %s\n", be->desc);
         printf("memory    %.2f GB/s streaming read (%s); weights %.1f MB + K/V %.1f MB per token -> roofline %.1f tok/s\n", bw,
                gpu ? "device" : "host", (double)wbytes / 1e6, (double)kvbytes / 1e6, roof);
         printf("prefill   %.1f tok/s (%d tokens, median of %d); %.1f tok per CPU second\n", pre_med, PREFILL_TOKENS, repeat, pre_cpu_med);
         printf("decode    %.1f tok/s (%d tokens, mode %s, median of %d) = %.0f%% of the roofline; %.1f tok per CPU second\n", dec_med,
-               DECODE_TOKENS, dsp_spec_mode_to_string(sr->resolved), repeat, roof > 0 ? 100 * dec_med / roof : 0, dec_cpu_med);
+               decode_tokens, dsp_spec_mode_to_string(sr->resolved), repeat, roof > 0 ? 100 * dec_med / roof : 0, dec_cpu_med);
         spec_text(sr, repeat);
-        printf("verify    1+k tokens after %d, time relative to k = 0 (%.2f ms):\n         ", VERIFY_PREFIX, ver_med[0]);
-        for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_med[k] / ver_med[0]);
-        printf("\n          in CPU time (%.2f ms):\n         ", ver_cpu_med[0]);
-        for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_cpu_med[k] / ver_cpu_med[0]);
-        printf("\nforward   decode %.1f tok/s (%d one-token forwards after %d, argmax on the backend) = %.0f%% of the roofline\n", fdec_med,
+        if (!no_verify) {
+            printf("verify    1+k tokens after %d, time relative to k = 0 (%.2f ms):\n         ", VERIFY_PREFIX, ver_med[0]);
+            for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_med[k] / ver_med[0]);
+            printf("\n          in CPU time (%.2f ms):\n         ", ver_cpu_med[0]);
+            for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_cpu_med[k] / ver_cpu_med[0]);
+            printf("\n");
+        }
+        printf("forward   decode %.1f tok/s (%d one-token forwards after %d, argmax on the backend) = %.0f%% of the roofline\n", fdec_med,
                DECODE_TOKENS, VERIFY_PREFIX, roof > 0 ? 100 * fdec_med / roof : 0);
         printf("batched   total tok/s:");
         for (int i = 0; i < n_batch; i++) printf(" B=%d %.1f", batch_seqs[i], median(batched[i], repeat));

@@ -27,7 +27,7 @@ static void usage(FILE *f) {
             "      --top-p P           nucleus sampling mass (default: generation_config, else 1 = off)\n"
             "      --top-k K           keep the K most likely tokens (default: generation_config, else 0 = off)\n"
             "      --min-p P           drop tokens below P x the top probability (default: generation_config, else 0)\n"
-            "      --quantize Q        quantize F32/F16/BF16 weights at load: q8_0 or q4_0\n"
+            "      --quantize Q        quantize F32/F16/BF16 weights at load: q8_0, q4_0 or q4_k\n"
             "      --presence-penalty X, --frequency-penalty X   OpenAI penalties in [-2, 2]\n"
             "      --repeat-penalty X  llama.cpp repetition penalty (default 1 = off)\n"
             "      --seed S            sampling seed (default 0)\n"

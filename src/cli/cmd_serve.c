@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "model's generation_config.json values, else OpenAI's defaults (temperature 1, top_p 1); the\n"
             "startup log says which. Send temperature 0 for greedy decoding.\n\n"
             "  -m, --model MODEL          GGUF file, Hugging Face directory, or repo id org/name[@rev] (HF cache)\n"
-            "      --quantize Q           quantize F32/F16/BF16 weights at load: q8_0 or q4_0\n"
+            "      --quantize Q           quantize F32/F16/BF16 weights at load: q8_0, q4_0 or q4_k\n"
             "      --host ADDR            address to listen on (default 127.0.0.1)\n"
             "      --port N               port (default 8000; 0 = any free port, printed at start)\n"
             "      --alias NAME           model name clients use (repeatable; default: the file's name)\n"

@@ -258,7 +258,8 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
     *handled = true;
     if (*i + 1 >= argc && (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "--batch") ||
                            !strcmp(a, "--batch-tokens") || !strcmp(a, "--max-batch") || !strcmp(a, "--kv-memory") || !strcmp(a, "--device") ||
-                           !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--draft-model"))) {
+                           !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--draft-model") ||
+                           !strcmp(a, "--precision"))) {
         fprintf(stderr, "dspark: option %s needs a value\n", a);
         return 2;
     }
@@ -285,6 +286,14 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
         else if (!strcmp(d, "cuda") || !strcmp(d, "gpu")) cp->device = DSP_DEVICE_CUDA;
         else {
             fprintf(stderr, "dspark: %s: '%s' is not one of auto, cpu, cuda\n", a, d);
+            return 2;
+        }
+    } else if (!strcmp(a, "--precision")) {
+        const char *d = argv[++*i];
+        if (!strcmp(d, "q8")) cp->precision = DSP_PRECISION_Q8;
+        else if (!strcmp(d, "f32")) cp->precision = DSP_PRECISION_F32;
+        else {
+            fprintf(stderr, "dspark: %s: '%s' is not one of q8, f32\n", a, d);
             return 2;
         }
     } else if (!strcmp(a, "--gpu")) {

@@ -16,6 +16,7 @@ static const dsp_cli_cmd g_cmds[] = {
     {"detokenize", "print the text of token ids", dsp_cmd_detokenize},
     {"template", "render a chat template with a JSON context (as transformers does)", dsp_cmd_template},
     {"benchmark", "measure prefill, decode and the verify cost curve of a model on this machine", dsp_cmd_benchmark},
+    {"pull", "download a Hugging Face repo into the hub cache (resumable, verified)", dsp_cmd_pull},
 };
 #define N_CMDS (sizeof g_cmds / sizeof g_cmds[0])
 

@@ -3,7 +3,9 @@
  * code operation by operation, so do not "simplify" them (e.g. (d * sc) * q is not d * (sc * q)). */
 #include "core/quant.h"
 
+#include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* Every layout must match the block sizes of the dtype table (and so the GGUF files). */
@@ -243,46 +245,197 @@ static float np_roundf(float x) {
     return x < 0 ? -b : x > 0 ? b : 0.0f * b;
 }
 
+/* numpy's float32 -> int8 / uint8 cast on x86-64: a conversion to int32 (NaN and out-of-range
+ * values give INT32_MIN, as cvttss2si does), then the low byte. Only blocks with an infinite or
+ * NaN scale get here (a subnormal or non-finite maximum); C's own cast would be undefined. */
+static uint8_t np_cast_u8(float v) {
+    int32_t i = v == v && fabsf(v) < 2147483648.0f ? (int32_t)v : INT32_MIN;
+    return (uint8_t)((uint32_t)i & 0xFF);
+}
+
 static void quantize_q8_0(const float *x, dsp_block_q8_0 *y) {
     float amax = 0.0f;
-    for (int j = 0; j < DSP_QK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    bool nan = false; /* numpy's max propagates NaN */
+    for (int j = 0; j < DSP_QK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax, nan |= x[j] != x[j];
+    if (nan) amax = NAN;
     float d = amax / 127.0f, id = d == 0.0f ? 0.0f : 1.0f / d;
     y->d = dsp_f32_to_f16(d);
-    for (int j = 0; j < DSP_QK; j++) y->qs[j] = (int8_t)np_roundf(x[j] * id);
+    if (!(amax <= FLT_MAX && id <= FLT_MAX)) { /* numpy's expressions as they are */
+        for (int j = 0; j < DSP_QK; j++) y->qs[j] = (int8_t)np_cast_u8(np_roundf(x[j] * id));
+        return;
+    }
+    /* |x * id| <= 127 (+ an ulp): floor is the truncation to an integer and floor(2 (a - floor a))
+     * is (a - floor a >= 0.5), the same values as np_roundf without libm calls, in a loop the
+     * compiler vectorizes (this is the load-time quantizer's hot path) */
+    for (int j = 0; j < DSP_QK; j++) {
+        float v = x[j] * id, a = fabsf(v), fl = (float)(int32_t)a, b = fl + (a - fl >= 0.5f ? 1.0f : 0.0f);
+        y->qs[j] = (int8_t)(int32_t)(v < 0 ? -b : b);
+    }
 }
 
 static void quantize_q4_0(const float *x, dsp_block_q4_0 *y) {
-    int imax = 0; /* argmax |x|: the first of equal maxima */
-    for (int j = 1; j < DSP_QK; j++)
-        if (fabsf(x[j]) > fabsf(x[imax])) imax = j;
+    int imax = 0; /* numpy's argmax |x|: the first of equal maxima, or the first NaN */
+    for (int j = 1; j < DSP_QK && x[imax] == x[imax]; j++)
+        if (fabsf(x[j]) > fabsf(x[imax]) || x[j] != x[j]) imax = j;
     float d = x[imax] / -8.0f, id = d == 0.0f ? 0.0f : 1.0f / d;
     y->d = dsp_f32_to_f16(d);
     uint8_t q[DSP_QK];
-    for (int j = 0; j < DSP_QK; j++) {
-        float v = truncf(x[j] * id + 8.5f);
-        q[j] = v >= 15.0f ? 15 : v <= 0.0f ? 0 : (uint8_t)v;
+    if (fabsf(x[imax]) <= FLT_MAX && fabsf(id) <= FLT_MAX) { /* x * id + 8.5 in (0, 16.5]: trunc is the int conversion */
+        for (int j = 0; j < DSP_QK; j++) {
+            int32_t v = (int32_t)(x[j] * id + 8.5f);
+            q[j] = (uint8_t)(v > 15 ? 15 : v);
+        }
+    } else { /* numpy: trunc, astype(uint8), clip(0, 15) */
+        for (int j = 0; j < DSP_QK; j++) {
+            uint8_t v = np_cast_u8(truncf(x[j] * id + 8.5f));
+            q[j] = v > 15 ? 15 : v;
+        }
     }
     for (int j = 0; j < DSP_QK / 2; j++) y->qs[j] = (uint8_t)(q[j] | (q[j + DSP_QK / 2] << 4));
 }
 
+/* ---- Q4_K (llama.cpp's reference quantizer, quantize_row_q4_K_ref) ----------------------------
+ * The gguf package has no Q4_K quantizer, so there is no oracle here: this follows llama.cpp's
+ * reference semantics operation by operation in float32 (unfused), and is tested by its round-trip
+ * error and through the bit-exact dequantizer (tests/test_quant.c). Per 32-weight sub-block, a
+ * weighted least-squares search over 21 candidate scales picks (scale, min) with
+ * y = scale * q - min, q in 0..15; the 8 scales and mins become 6-bit multiples of two f16
+ * super-block scales, and the weights are then re-quantized against the rounded scales. */
+
+/* round to nearest, ties to even, through the float mantissa (llama.cpp's nearest_int; exact for
+ * |x| < 2^22, the range the quantizer produces) */
+static int nearest_int(float x) {
+    float v = x + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007FFFFF) - 0x00400000;
+}
+
+static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* llama.cpp's make_qkx2_quants for n = 32, nmax = 15, rmin = -1, rdelta = 0.1, 20 steps, squared
+ * error: L (n) gets the levels, *the_min the (positive) minimum; returns the scale. */
+static float q4k_sub_block(const float *x, const float *w, uint8_t *L, float *the_min) {
+    enum { N = 32, NMAX = 15, NSTEP = 20 };
+    const float rmin = -1.0f, rdelta = 0.1f;
+    float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < N; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        memset(L, 0, N);
+        *the_min = -min;
+        return 0.0f;
+    }
+    float iscale = (float)NMAX / (max - min), scale = 1 / iscale, best = 0;
+    for (int i = 0; i < N; i++) {
+        L[i] = (uint8_t)clamp_int(nearest_int(iscale * (x[i] - min)), 0, NMAX);
+        float diff = scale * (float)L[i] + min - x[i];
+        best += w[i] * (diff * diff);
+    }
+    uint8_t aux[N];
+    for (int is = 0; is <= NSTEP; is++) {
+        iscale = (rmin + rdelta * (float)is + (float)NMAX) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < N; i++) {
+            int l = clamp_int(nearest_int(iscale * (x[i] - min)), 0, NMAX);
+            aux[i] = (uint8_t)l;
+            sum_l += w[i] * (float)l;
+            sum_l2 += w[i] * (float)l * (float)l;
+            sum_xl += w[i] * (float)l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (!(D > 0)) continue;
+        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D, this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        if (this_min > 0) {
+            this_min = 0;
+            this_scale = sum_xl / sum_l2;
+        }
+        float err = 0;
+        for (int i = 0; i < N; i++) {
+            float diff = this_scale * (float)aux[i] + this_min - x[i];
+            err += w[i] * (diff * diff);
+        }
+        if (err < best) {
+            memcpy(L, aux, N);
+            best = err;
+            scale = this_scale;
+            min = this_min;
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+static void quantize_q4_K(const float *x, dsp_block_q4_K *y) {
+    uint8_t L[DSP_QK_K];
+    float w[32], scales[8], mins[8], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        const float *xs = x + 32 * j;
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(xs[l]);
+        scales[j] = q4k_sub_block(xs, w, L + 32 * j, &mins[j]);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f, inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    memset(y->scales, 0, sizeof y->scales);
+    for (int j = 0; j < 8; j++) {
+        uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]), lm = (uint8_t)nearest_int(inv_min * mins[j]);
+        ls = ls > 63 ? 63 : ls;
+        lm = lm > 63 ? 63 : lm;
+        if (j < 4) { /* layout: dsp_quant_scale_min_k4 */
+            y->scales[j] |= ls;
+            y->scales[j + 4] |= lm;
+        } else {
+            y->scales[j + 4] = (uint8_t)((ls & 0xF) | (lm & 0xF) << 4);
+            y->scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            y->scales[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    y->d = dsp_f32_to_f16(max_scale / 63.0f);
+    y->dmin = dsp_f32_to_f16(max_min / 63.0f);
+    for (int j = 0; j < 8; j++) { /* re-quantize against the rounded scales (unless one is 0) */
+        uint8_t sc, m;
+        dsp_quant_scale_min_k4(y->scales, j, &sc, &m);
+        const float d = f16(y->d) * (float)sc;
+        if (d == 0.0f) continue;
+        const float dm = f16(y->dmin) * (float)m;
+        for (int l = 0; l < 32; l++) L[32 * j + l] = (uint8_t)clamp_int(nearest_int((x[32 * j + l] + dm) / d), 0, 15);
+    }
+    for (int h = 0; h < 4; h++) /* sub-blocks 2h (low nibbles) and 2h+1 (high) share qs[32h..] */
+        for (int l = 0; l < 32; l++) y->qs[32 * h + l] = (uint8_t)(L[64 * h + l] | L[64 * h + 32 + l] << 4);
+}
+
 dsp_status dsp_quantize_row(uint32_t type, const float *src, void *dst, uint64_t n) {
-    if (n % DSP_QK) return dsp_error(DSP_ERR_INVALID_ARG, "quantize: %llu elements is not a multiple of %d", (unsigned long long)n, DSP_QK);
-    uint64_t nb = n / DSP_QK;
-    if (type == DSP_Q8_0) {
-        for (uint64_t b = 0; b < nb; b++) {
+    const dsp_dtype_traits *t = dsp_dtype_get(type);
+    if (!t || (type != DSP_Q8_0 && type != DSP_Q4_0 && type != DSP_Q4_K))
+        return dsp_error(DSP_ERR_UNSUPPORTED, "quantize: type %s is not supported (Q8_0, Q4_0, Q4_K are)", t ? t->name : "?");
+    if (n % t->block_elems)
+        return dsp_error(DSP_ERR_INVALID_ARG, "quantize %s: %llu elements is not a multiple of %u", t->name, (unsigned long long)n, t->block_elems);
+    uint64_t nb = n / t->block_elems;
+    uint8_t *out = dst;
+    for (uint64_t b = 0; b < nb; b++) {
+        const float *x = src + b * t->block_elems;
+        if (type == DSP_Q8_0) {
             dsp_block_q8_0 blk;
-            quantize_q8_0(src + b * DSP_QK, &blk);
-            memcpy((uint8_t *)dst + b * sizeof blk, &blk, sizeof blk);
-        }
-        return DSP_OK;
-    }
-    if (type == DSP_Q4_0) {
-        for (uint64_t b = 0; b < nb; b++) {
+            quantize_q8_0(x, &blk);
+            memcpy(out + b * sizeof blk, &blk, sizeof blk);
+        } else if (type == DSP_Q4_0) {
             dsp_block_q4_0 blk;
-            quantize_q4_0(src + b * DSP_QK, &blk);
-            memcpy((uint8_t *)dst + b * sizeof blk, &blk, sizeof blk);
+            quantize_q4_0(x, &blk);
+            memcpy(out + b * sizeof blk, &blk, sizeof blk);
+        } else {
+            dsp_block_q4_K blk;
+            quantize_q4_K(x, &blk);
+            memcpy(out + b * sizeof blk, &blk, sizeof blk);
         }
-        return DSP_OK;
     }
-    return dsp_error(DSP_ERR_UNSUPPORTED, "quantize: type %s is not supported (Q8_0, Q4_0 are)", dsp_dtype_name(type) ? dsp_dtype_name(type) : "?");
+    return DSP_OK;
 }

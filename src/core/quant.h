@@ -140,11 +140,13 @@ static inline void dsp_quant_scale_min_k4(const uint8_t scales[DSP_K_SCALE_SIZE]
  * dsp_dtype_row_bytes(type, n) bytes and need not be aligned. */
 dsp_status dsp_dequantize_row(uint32_t type, const void *src, float *dst, uint64_t n);
 
-/* Quantize n floats (a multiple of 32) into Q8_0 or Q4_0 blocks at dst, bit-identical to the gguf
- * package's numpy quantizer (gguf/quants.py, which follows ggml's reference): Q8_0 d = amax / 127,
- * q = round-half-away(x / d); Q4_0 d = (the element of largest magnitude) / -8, q = trunc(x / d +
- * 8.5) clipped to 0..15. Same float32 operations in the same order, nothing fused. Other types
- * are DSP_ERR_UNSUPPORTED. */
+/* Quantize n floats (a multiple of the type's block size) into Q8_0, Q4_0 or Q4_K blocks at dst.
+ * Q8_0 and Q4_0 are bit-identical to the gguf package's numpy quantizer (gguf/quants.py, which
+ * follows ggml's reference): Q8_0 d = amax / 127, q = round-half-away(x / d); Q4_0 d = (the element
+ * of largest magnitude) / -8, q = trunc(x / d + 8.5) clipped to 0..15. Same float32 operations in
+ * the same order, nothing fused. Q4_K follows llama.cpp's reference quantizer
+ * (quantize_row_q4_K_ref), for which the gguf package has no counterpart: see quant.c. Other
+ * types are DSP_ERR_UNSUPPORTED. */
 dsp_status dsp_quantize_row(uint32_t type, const float *src, void *dst, uint64_t n);
 
 #endif

@@ -69,6 +69,8 @@ const char *dsp_device_to_string(dsp_device d) {
 
 static const char *const g_mode_names[] = {"baseline", "lookup", "auto", "dflash", "dspark", "hybrid"};
 
+const char *dsp_precision_to_string(dsp_precision p) { return p == DSP_PRECISION_F32 ? "f32" : "q8"; }
+
 const char *dsp_spec_mode_to_string(dsp_spec_mode m) {
     return (unsigned)m < sizeof g_mode_names / sizeof g_mode_names[0] ? g_mode_names[m] : "unknown";
 }
@@ -159,7 +161,8 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     e->max_batch = p.max_batch;
     e->next_id = 1;
     _Static_assert((int)DSP_DEVICE_CPU == (int)DSP_BACKEND_CPU && (int)DSP_DEVICE_CUDA == (int)DSP_BACKEND_CUDA, "device = backend kind");
-    dsp_backend_params bp = {.kind = (dsp_backend_kind)p.device, .n_threads = p.n_threads, .gpu = p.gpu, .progress = p.progress};
+    dsp_backend_params bp = {.kind = (dsp_backend_kind)p.device, .n_threads = p.n_threads, .gpu = p.gpu, .progress = p.progress,
+                             .f32_activations = p.precision == DSP_PRECISION_F32};
     dsp_status st = dsp_backend_create(&bp, &e->be);
     if (st) {
         free(e);
@@ -688,8 +691,6 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         return DSP_OK;
     }
     int n = 0, n_logits = 0, n_seqs = 0;
-    int n_prefill = 0;
-    for (int i = 0; i < e->n_running; i++) n_prefill += e->running[i]->state == DSP_REQ_PREFILL;
     for (int i = 0; i < e->n_running; i++) {
         dsp_req *r = e->running[i];
         r->n_rows = 0;

@@ -158,7 +158,7 @@ dsp_status dsp_fwd_create(const dsp_model *m, const dsp_fwd_params *pp, dsp_fwd 
     if (p.backend) {
         f->be = p.backend;
     } else {
-        dsp_backend_params bp = {.kind = DSP_BACKEND_CPU, .n_threads = p.n_threads};
+        dsp_backend_params bp = {.kind = DSP_BACKEND_CPU, .n_threads = p.n_threads, .f32_activations = p.f32_activations};
         st = dsp_backend_create(&bp, &f->be);
         f->own_be = true;
     }

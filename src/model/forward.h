@@ -21,6 +21,7 @@
 typedef struct dsp_fwd_params {
     dsp_backend *backend;   /* where it runs (not owned); NULL: a CPU backend of n_threads, owned */
     int n_threads;          /* for the owned CPU backend: threads including the caller; 0 = physical cores */
+    bool f32_activations;   /* for the owned CPU backend: dsp_backend_params.f32_activations */
     int max_batch_tokens;   /* most tokens in one dsp_fwd_run (default 512) */
     int max_logits;         /* most logits rows in one dsp_fwd_run (default min(max_batch_tokens, 64)) */
     int max_taps;           /* most tap layers per run (default 0: taps are not available) */

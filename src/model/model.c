@@ -1,5 +1,6 @@
 /* model/model: dsp_model_load (GGUF files here; Hugging Face directories in hf.c), the owned-tensor
  * pool and info. See model.h. */
+#define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) */
 #include "model/model.h"
 
 #include "core/file.h"
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 dsp_model_params dsp_model_default_params(void) {
     dsp_model_params p;
@@ -91,6 +93,11 @@ dsp_tensor *dsp_model_own_tensor(dsp_model *m, const dsp_tensor *like, const cha
     if (!data) {
         dsp_error(DSP_ERR_NOMEM, "no memory for %zu bytes of tensor '%s'", nbytes, name);
         return NULL;
+    }
+    if (nbytes >= (4u << 20)) { /* quantized matrices: huge pages where the kernel allows them (fewer
+                                 * faults while quantizing, fewer TLB misses in every matmul) */
+        uintptr_t a = ((uintptr_t)data + 4095) & ~(uintptr_t)4095;
+        madvise((void *)a, (nbytes - (a - (uintptr_t)data)) & ~(size_t)4095, MADV_HUGEPAGE);
     }
     dsp_owned_tensor *o = &m->own[m->n_own++];
     o->t = *like;
@@ -200,7 +207,8 @@ dsp_status dsp_model_load(const char *path, const dsp_model_params *params, dsp_
     if (params->quantize) {
         if (!strcmp(params->quantize, "q8_0")) qtype = DSP_Q8_0;
         else if (!strcmp(params->quantize, "q4_0")) qtype = DSP_Q4_0;
-        else return dsp_error(DSP_ERR_INVALID_ARG, "quantize: '%s' is not one of q8_0, q4_0", params->quantize);
+        else if (!strcmp(params->quantize, "q4_k")) qtype = DSP_Q4_K;
+        else return dsp_error(DSP_ERR_INVALID_ARG, "quantize: '%s' is not one of q8_0, q4_0, q4_k", params->quantize);
     }
     /* a path that is neither a file nor a directory may be a repo id in the hub cache */
     char *resolved = NULL;

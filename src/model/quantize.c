@@ -1,10 +1,11 @@
 /* model/quantize: load-time quantization of a model's F32/F16/BF16 matrices (`--quantize`).
  *
  * Every 2-D weight the forward pass multiplies by (token embeddings and output head included; a
- * tied head is the embeddings, quantized once) whose rows are whole blocks becomes a model-owned
- * tensor of the target type; vectors stay F32. Rows are quantized independently by
- * core/quant's reference (bit-identical to the gguf package), so the result does not depend on the
- * thread count or the order the pool runs tasks in. */
+ * tied head is the embeddings, quantized once) whose rows are whole blocks (32 weights; 256 for
+ * Q4_K) becomes a model-owned tensor of the target type; vectors stay F32, and a matrix whose rows
+ * are not whole blocks keeps its type. Rows are quantized independently by core/quant's reference
+ * (bit-identical to the gguf package; Q4_K to llama.cpp's reference quantizer), so the result does
+ * not depend on the thread count or the order the pool runs tasks in. */
 #include "model/model.h"
 
 #include "core/quant.h"
@@ -35,8 +36,10 @@ static void q_task(void *ctx, int task, int thread) {
     }
 }
 
-static bool quantizable(const dsp_tensor *t) {
-    return t && t->ne[1] > 1 && t->ne[0] % DSP_QK == 0 && (t->type == DSP_F32 || t->type == DSP_F16 || t->type == DSP_BF16);
+/* a matrix whose rows are whole blocks of the target type */
+static bool quantizable(const dsp_tensor *t, uint32_t type) {
+    return t && t->ne[1] > 1 && t->ne[0] % dsp_dtype_get(type)->block_elems == 0 &&
+           (t->type == DSP_F32 || t->type == DSP_F16 || t->type == DSP_BF16);
 }
 
 /* an owned tensor's buffer can go once its quantized copy exists (e.g. permuted llama Q/K) */
@@ -70,7 +73,7 @@ dsp_status dsp_model_quantize(dsp_model *m, uint32_t type, int n_threads, bool p
     uint64_t total = 0, done = 0;
     int64_t max_in = 0;
     for (int i = 0; i < ns; i++)
-        if (quantizable(*slots[i])) {
+        if (quantizable(*slots[i], type)) {
             total += (*slots[i])->n_elems;
             if ((int64_t)(*slots[i])->ne[0] > max_in) max_in = (int64_t)(*slots[i])->ne[0];
         }
@@ -86,7 +89,7 @@ dsp_status dsp_model_quantize(dsp_model *m, uint32_t type, int n_threads, bool p
     int last = -1;
     for (int i = 0; i < ns && !st; i++) {
         const dsp_tensor *src = *slots[i];
-        if (!quantizable(src)) continue;
+        if (!quantizable(src, type)) continue;
         int64_t rows = (int64_t)(src->n_elems / src->ne[0]);
         size_t dst_row = dsp_dtype_row_bytes(type, src->ne[0]);
         char name[96];

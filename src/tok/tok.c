@@ -241,6 +241,7 @@ static dsp_status tok_create(const dsp_tok_params *p, dsp_tok **out) {
     t->spm_split = p->spm_split;
     t->decode_strip = t->add_space_prefix && !p->decode_keep_space;
     t->ignore_merges = p->ignore_merges;
+    t->nfc = p->nfc;
     if (t->add_bos && t->bos < 0) t->add_bos = false;
     if (t->add_eos && t->eos < 0) t->add_eos = false;
 

@@ -86,6 +86,7 @@ typedef struct dsp_tok_params {
     bool space_prefix_unless_space; /* SPM: no prefix before a segment that starts with a space (Metaspace) */
     bool spm_split;                /* SPM: every U+2581 starts a new word (Metaspace split = true) */
     bool decode_keep_space;        /* SPM: do not drop the leading space the prefix added when decoding */
+    bool nfc;                      /* Unicode NFC before pre-tokenization (tokenizer.json's NFC normalizer) */
 } dsp_tok_params;
 
 /* added-token flags (tokenizer.json added_tokens) */

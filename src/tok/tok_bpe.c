@@ -21,6 +21,7 @@ void dsp_tok_scratch_free(dsp_tok_scratch *sc) {
     free(sc->sym);
     free(sc->heap);
     free(sc->norm);
+    dsp_nfc_scratch_free(&sc->nfc);
     dsp_tok_spans_free(&sc->pieces);
     dsp_tok_spans_free(&sc->tmp);
     memset(sc, 0, sizeof *sc);
@@ -181,6 +182,9 @@ static bool in_sorted(const uint32_t *v, size_t n, uint32_t x) {
 
 dsp_status dsp_tok_encode_segment(const dsp_tok *t, dsp_tok_scratch *sc, const char *text, size_t len, dsp_tok_ids *out) {
     dsp_status st;
+    /* HF normalizes each stretch between added tokens; the result obeys the same length limit as
+     * the text (SPM below triples it in 32-bit offsets) */
+    if (t->nfc && (st = dsp_nfc_normalize(text, len, DSP_TOK_MAX_TEXT, &sc->nfc, &text, &len))) return st;
     if (t->kind == DSP_TOK_BPE) {
         if ((st = dsp_tok_pre_split(t->pre, text, len, &sc->pieces, &sc->tmp))) return st;
         for (size_t i = 0; i < sc->pieces.n; i++)

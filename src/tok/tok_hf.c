@@ -8,11 +8,13 @@
  *  - SentencePiece-style BPE: normalizer Replace(" " -> U+2581) [+ Prepend(U+2581)], or the
  *    Metaspace pre-tokenizer (Llama 2, Mistral, Gemma), with byte fallback and the decoder chain
  *    Replace / ByteFallback / Fuse / Strip (or Metaspace).
+ * The NFC normalizer (Qwen2/3) may come with either: each stretch of text between added tokens is
+ * NFC-normalized first (tok/nfc.c), as `tokenizers` does; it commutes with Replace and Prepend.
  * added_tokens keep their flags (special; lstrip, rstrip, single_word; `normalized` tokens are
  * matched on the raw text, which is the same for these normalizers unless the content has a
- * space). The post-processor's TemplateProcessing says which special tokens encode adds around a
+ * space or is not NFC). The post-processor's TemplateProcessing says which special tokens encode adds around a
  * text; tokenizer_config.json's add_bos_token / add_eos_token override it, as transformers does.
- * Whatever else a file asks for (WordPiece, Unigram, another normalizer such as NFC or Lowercase,
+ * Whatever else a file asks for (WordPiece, Unigram, another normalizer such as NFKC or Lowercase,
  * Whitespace pre-tokenizers, ...) is refused with DSP_ERR_UNSUPPORTED naming the part. */
 #include "tok/tok.h"
 
@@ -35,6 +37,7 @@ typedef struct hf_parts {
     int n_re;
     /* SentencePiece-style */
     bool replace_space, prepend, metaspace, meta_first, meta_split, strip_decode;
+    bool nfc;
     char desc[128];
 } hf_parts;
 
@@ -83,6 +86,10 @@ static dsp_status normalizer(hf_parts *h, const json_t *n) {
         }
         return DSP_OK;
     }
+    if (!strcmp(t, "NFC")) {
+        h->nfc = true;
+        return DSP_OK;
+    }
     bool rx;
     if (!strcmp(t, "Replace")) {
         const char *p = pattern(n, &rx), *c = json_string_value(json_object_get(n, "content"));
@@ -100,7 +107,7 @@ static dsp_status normalizer(hf_parts *h, const json_t *n) {
         }
         return dsp_error(DSP_ERR_UNSUPPORTED, "normalizer Prepend other than \"\\u2581\" is not supported");
     }
-    return dsp_error(DSP_ERR_UNSUPPORTED, "normalizer %s is not supported (Replace, Prepend and Sequence are)", t);
+    return dsp_error(DSP_ERR_UNSUPPORTED, "normalizer %s is not supported (NFC, Replace, Prepend and Sequence are)", t);
 }
 
 static dsp_status add_re(hf_parts *h, const char *re, dsp_tok_split how, char *own) {
@@ -416,6 +423,7 @@ dsp_status dsp_tok_create_from_hf(const json_t *tj, const json_t *tcfg, dsp_tok 
     p.space_prefix_unless_space = h.metaspace;
     p.spm_split = h.metaspace && h.meta_split;
     p.decode_keep_space = !h.strip_decode;
+    p.nfc = h.nfc;
     int32_t pre_id, post_id;
     if ((st = post_processor(json_object_get(tj, "post_processor"), &pre_id, &post_id))) goto free_arrays;
     p.bos = tcfg ? config_token(tcfg, "bos_token", vocab) : -1;
@@ -436,7 +444,7 @@ dsp_status dsp_tok_create_from_hf(const json_t *tj, const json_t *tcfg, dsp_tok 
     st = dsp_tok_create(&p, out);
     pre = NULL; /* owned by the tokenizer now (destroyed with it, or on its failure) */
     if (!st) {
-        snprintf(model_desc, model_size, "BPE (tokenizer.json%s)", h.byte_level ? ", byte-level" : ", byte fallback");
+        snprintf(model_desc, model_size, "BPE (tokenizer.json%s%s)", h.byte_level ? ", byte-level" : ", byte fallback", h.nfc ? ", NFC" : "");
         snprintf(pre_desc, pre_size, "%s", h.desc[0] ? h.desc : "none");
     }
 free_arrays:

@@ -2,6 +2,7 @@
 #ifndef DSP_TOK_TOK_INTERNAL_H
 #define DSP_TOK_TOK_INTERNAL_H
 
+#include "tok/nfc.h"
 #include "tok/tok.h"
 
 enum { ADDED_NONE = 0, ADDED_SPECIAL = 1, ADDED_USER = 2 };
@@ -14,6 +15,7 @@ struct dsp_tokenizer {
     int32_t bos, eos, unk, pad; /* -1: none */
     bool add_bos, add_eos, add_space_prefix;
     bool space_prefix_first_only, space_prefix_unless_space, spm_split, decode_strip, ignore_merges;
+    bool nfc;                              /* each segment between added tokens is NFC-normalized first */
     uint8_t *added_flags;                  /* (n) DSP_TOK_AF_*, or NULL */
     size_t max_piece;
 
@@ -75,6 +77,7 @@ typedef struct dsp_tok_scratch {
     size_t heap_n, heap_cap;
     char *norm;            /* SPM normalized text */
     size_t norm_cap;
+    dsp_nfc_scratch nfc;   /* NFC of the segment (when the tokenizer asks for it) */
     dsp_tok_spans pieces, tmp;
     bool at_text_start;    /* the segment being encoded starts the text */
 } dsp_tok_scratch;

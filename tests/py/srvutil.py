@@ -15,7 +15,8 @@ BIN = os.environ.get("DSPARK_BIN", "build/release/dspark")
 SCRIPTED_BIN = os.environ.get("DSPARK_SCRIPTED_BIN", os.path.join(os.path.dirname(BIN), "dspark_scripted"))
 MODELS = os.environ.get("DSP_MODELS", "models")
 MODEL = os.path.join(MODELS, "SmolLM2-135M-Instruct.Q4_1.gguf")
-SANITIZED = "asan" in BIN  # slower: tests keep generations short anyway
+# sanitizer builds (ASan, TSan: ctest sets DSP_SANITIZED) are slower: tests keep generations short
+SANITIZED = os.environ.get("DSP_SANITIZED") == "1" or "asan" in BIN
 
 
 class Server:

@@ -199,3 +199,50 @@ def test_model_tensors(model):
         rc = proc.wait()
     assert rc == 0, err
     print(f"{model}: {sum(seen.values())} tensors bit-exact, by type {seen}")
+
+
+# ---- quantization -------------------------------------------------------------------------------
+
+def quantize(qtype: QT, x: np.ndarray) -> bytes:
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    r = subprocess.run([str(tool_path()), "quantize", str(int(qtype)), str(x.size)], input=x.tobytes(), capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    return r.stdout
+
+
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0])
+def test_quantize_matches_gguf(qtype):
+    """Q8_0 and Q4_0: byte for byte the gguf package's quantizer (ties, zeros, bf16 values, extremes)."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.normal(0, 0.05, 32 * 200), rng.uniform(-3, 3, 32 * 50), np.zeros(64), np.full(32, 7.0),
+                        (np.arange(32 * 8) % 17 - 8) * 0.5, rng.normal(0, 1e4, 32 * 4),
+                        # exact ties: amax 127 (Q8_0 scale 1) / -8 (Q4_0 scale 1), then halves
+                        np.r_[127.0, np.arange(31) - 15.5], np.r_[-8.0, np.arange(31) / 4 - 3.75],
+                        # subnormal maxima (infinite 1/d), infinities, NaN (first or later)
+                        np.full(32, 1e-40), np.r_[-1e-40, np.full(31, 1e-41)], np.r_[1e-40, -np.full(31, 1e-41)],
+                        [np.inf] + [1.0] * 31, [-2.0, np.inf] + [-1.0] * 30, [np.nan] + [1.0] * 31, [1.0, 2.0, np.nan] + [-3.0] * 29
+                        ]).astype(np.float32)
+    want = gguf_quantize(x, qtype)
+    assert quantize(qtype, x) == want
+
+
+def gguf_quantize(x: np.ndarray, qtype: QT) -> bytes:
+    from gguf.quants import quantize as gq
+    return gq(x.reshape(1, -1), qtype).tobytes()
+
+
+def test_quantize_q4_k_matches_llama_cpp():
+    """Q4_K: the gguf package has none; the fixture is llama.cpp's own quantize_row_q4_K_ref
+    (tools/gen_q4k_fixture.py compiles it from the llama-cpp-python sdist), byte for byte."""
+    import hashlib
+    import json
+    import sys
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "tools"))
+    import gen_q4k_fixture as gen
+    fx = json.loads((root / "tests" / "fixtures" / "quant" / "q4_k-llamacpp.json").read_text())
+    x = gen.q4k_inputs()
+    assert hashlib.sha256(x.tobytes()).hexdigest() == fx["inputs_sha256"], "q4k_inputs() changed: rerun the generator"
+    got = quantize(QT.Q4_K, x)
+    bad = [i for i in range(len(x)) if got[144 * i:144 * (i + 1)].hex() != fx["blocks_hex"][i]]
+    assert not bad, f"{len(bad)} of {len(x)} blocks differ from llama.cpp's, first {bad[:5]}"

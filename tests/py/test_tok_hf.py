@@ -51,3 +51,13 @@ def test_exported(name):
     if not os.path.exists(os.path.join(d, "tokenizer.json")):
         pytest.skip(f"{d}/tokenizer.json absent: tools/gen_tok_hf_fixtures.py exports it (needs transformers)")
     check(d, name)
+
+
+def test_qwen2_nfc(tmp_path):
+    """A Qwen2/Qwen3-style tokenizer.json (NFC normalizer, Qwen2's Split regex, ByteLevel) over
+    SmolLM2's vocabulary, regenerated from the GGUF in models/ with the gguf package."""
+    gguf = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(gguf):
+        pytest.skip(f"{gguf} absent (scripts/fetch-models)")
+    gen.write_json(str(tmp_path / "tokenizer.json"), gen.qwen2_style_tokenizer(gguf))
+    check(str(tmp_path), "qwen2-nfc")

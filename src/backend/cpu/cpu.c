@@ -17,11 +17,11 @@ static uint64_t xgetbv0(void) {
 }
 
 typedef struct cpu_feat {
-    bool avx2, avx512;
+    bool avx2, avx2vnni, avx512, avx512vnni;
 } cpu_feat;
 
 static cpu_feat detect(void) {
-    cpu_feat f = {false, false};
+    cpu_feat f = {false, false, false, false};
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
     bool osxsave = c & (1u << 27), fma = c & (1u << 12), f16c = c & (1u << 29), avx = c & (1u << 28);
@@ -33,33 +33,45 @@ static cpu_feat detect(void) {
     __cpuid_count(7, 0, a, b, c, d);
     bool avx2 = b & (1u << 5), avx512f = b & (1u << 16), avx512dq = b & (1u << 17), avx512bw = b & (1u << 30),
          avx512vl = b & (1u << 31);
+    const bool avx512vnni = c & (1u << 11);
+    unsigned a1 = 0, b1, c1, d1;
+    if (a >= 1) __cpuid_count(7, 1, a1, b1, c1, d1); /* leaf 7's EAX: highest sub-leaf */
+    const bool avxvnni = a1 & (1u << 4);
     f.avx2 = ymm_os && avx2 && fma && f16c;
+    f.avx2vnni = f.avx2 && avxvnni;
     f.avx512 = f.avx2 && zmm_os && avx512f && avx512dq && avx512bw && avx512vl;
+    f.avx512vnni = f.avx512 && avx512vnni;
     return f;
 }
 
-const char *dsp_cpu_isa_supported(void) {
-    cpu_feat f = detect();
-    return f.avx512 ? "avx512" : f.avx2 ? "avx2" : "scalar";
-}
+/* best first; DSP_CPU_ISA=NAME starts the search at NAME */
+static const char *const g_order[] = {"avx512vnni", "avx512", "avx2vnni", "avx2", "scalar"};
+#define N_ORDER (int)(sizeof g_order / sizeof *g_order)
 
 const dsp_cpu_ops *dsp_cpu_ops_get(const char *name) {
     cpu_feat f = detect();
     if (!strcmp(name, "scalar")) return &dsp_cpu_ops_scalar;
     if (!strcmp(name, "avx2")) return f.avx2 ? &dsp_cpu_ops_avx2 : NULL;
+    if (!strcmp(name, "avx2vnni")) return f.avx2vnni ? &dsp_cpu_ops_avx2vnni : NULL;
     if (!strcmp(name, "avx512")) return f.avx512 ? &dsp_cpu_ops_avx512 : NULL;
+    if (!strcmp(name, "avx512vnni")) return f.avx512vnni ? &dsp_cpu_ops_avx512vnni : NULL;
     return NULL;
 }
 
+const char *dsp_cpu_isa_supported(void) {
+    for (int i = 0; i < N_ORDER; i++)
+        if (dsp_cpu_ops_get(g_order[i])) return g_order[i];
+    return "scalar";
+}
+
 static const dsp_cpu_ops *choose(void) {
-    static const char *const order[] = {"avx512", "avx2", "scalar"};
     const char *cap = getenv("DSP_CPU_ISA");
     int start = 0;
     if (cap && *cap)
-        for (int i = 0; i < 3; i++)
-            if (!strcmp(cap, order[i])) start = i;
-    for (int i = start; i < 3; i++) {
-        const dsp_cpu_ops *o = dsp_cpu_ops_get(order[i]);
+        for (int i = 0; i < N_ORDER; i++)
+            if (!strcmp(cap, g_order[i])) start = i;
+    for (int i = start; i < N_ORDER; i++) {
+        const dsp_cpu_ops *o = dsp_cpu_ops_get(g_order[i]);
         if (o) return o;
     }
     return &dsp_cpu_ops_scalar;

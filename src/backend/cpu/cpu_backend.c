@@ -5,6 +5,12 @@
  * to f32 once, at creation. The KV store is f32: (n_layers, n_blocks, block_tokens, kv_dim) for K
  * and for V.
  *
+ * Matmuls with quantized weights of the types dsp_cpu_q8_type() lists take 8-bit activations
+ * (ops.h, "q8 block order") unless the backend was made with f32_activations: a matmul call
+ * quantizes its input rows once (q/k/v and gate/up share one call, hence one quantization), then
+ * every matrix of the call reads the q8 rows. Other types (F32/F16/BF16, Q5_0, ...) keep f32
+ * activations. The choice depends only on the weight type, never on the batch.
+ *
  * Work is split over the persistent pool only by output element (matmul: DSP_CPU_MM_ROWS weight
  * rows per task; attention: one (row, KV head) per task), so no value depends on the thread count
  * or the batch (backend.h, batch invariance). Row-local ops (norms, RoPE, SwiGLU, adds) run on the
@@ -48,6 +54,9 @@ typedef struct cpu_backend {
     dsp_be_limits lim;
     float *wrow;             /* (n_threads, DSP_CPU_MM_ROWS, mm_stride(max_width)) */
     size_t wrow_per_thread;
+    bool q8;                 /* 8-bit activations for the q8 weight types */
+    uint8_t *xq;             /* (max_tokens, q8 row of max_width): the current matmul input, quantized */
+    size_t xq_row;           /* dsp_cpu_q8_row_bytes(max_width) */
     float *scores;           /* (n_threads, max_group, max_keys) */
     size_t scores_per_thread;
     float *rope_cs;          /* (max_tokens, max_rot_dim): (cos, sin) pairs of the current forward */
@@ -80,13 +89,15 @@ static dsp_status cpu_reserve(dsp_backend *be, const dsp_be_limits *l) {
     float *wrow = alloc64((size_t)c->n_threads * wpt * sizeof(float));
     float *scores = alloc64((size_t)c->n_threads * spt * sizeof(float));
     float *cs = alloc64((size_t)n.max_tokens * (size_t)n.max_rot_dim * sizeof(float));
-    if (!wrow || !scores || !cs) {
-        free(wrow), free(scores), free(cs);
+    const size_t xq_row = dsp_cpu_q8_row_bytes(n.max_width);
+    uint8_t *xq = c->q8 ? alloc64((size_t)n.max_tokens * xq_row) : NULL;
+    if (!wrow || !scores || !cs || (c->q8 && !xq)) {
+        free(wrow), free(scores), free(cs), free(xq);
         return dsp_error(DSP_ERR_NOMEM, "cpu backend: no memory for scratch (%d tokens, width %d, %u keys)", n.max_tokens, n.max_width,
                          n.max_keys);
     }
-    free(c->wrow), free(c->scores), free(c->rope_cs);
-    c->wrow = wrow, c->scores = scores, c->rope_cs = cs;
+    free(c->wrow), free(c->scores), free(c->rope_cs), free(c->xq);
+    c->wrow = wrow, c->scores = scores, c->rope_cs = cs, c->xq = xq, c->xq_row = xq_row;
     c->wrow_per_thread = wpt, c->scores_per_thread = spt;
     c->lim = n;
     return DSP_OK;
@@ -257,16 +268,33 @@ static void cpu_rmsnorm(dsp_backend *be, dsp_buf *out, const dsp_buf *x, const d
 }
 
 /* A job of up to 3 matmuls over the same activations (q/k/v, gate/up): one pool run, tasks are
- * DSP_CPU_MM_ROWS-row chunks of each weight in turn. */
+ * DSP_CPU_MM_ROWS-row chunks of each weight in turn. A q8 matmul of many rows (prefill) is split
+ * in two dimensions instead: Q8_TASK_W weight rows x Q8_TASK_X activation rows per task, so that a
+ * task's q8 rows (~150 KiB) stay in L2 while its weight rows pass over them (a split by weight
+ * rows alone would stream all the activations from L3 for every 16 weight rows). Each output is
+ * still computed whole by one task, in the kernel's fixed order. */
+#define Q8_TASK_W 64
+#define Q8_TASK_X 64
 typedef struct mm_job {
     cpu_backend *c;
     int n_mats;
     const dsp_bweight *w[3];
     float *y[3];
     int first_task[4]; /* task index where matrix m starts; first_task[n_mats] = n_tasks */
+    int x_blocks[3];   /* activation-row blocks of matrix m's tasks (1: a split by weight rows only) */
     const float *x;
+    const uint8_t *xq; /* x quantized (q8 rows of c->xq_row bytes), or NULL */
     int n_rows;
 } mm_job;
+
+/* x quantized, rows [16 * task, 16 * task + 16) */
+static void quant_task(void *ctx, int task, int thread) {
+    (void)thread;
+    mm_job *j = ctx;
+    const int64_t in = (int64_t)j->w[0]->t->ne[0];
+    for (int r = 16 * task; r < j->n_rows && r < 16 * task + 16; r++)
+        j->c->ops->quantize_q8(j->x + (size_t)r * in, in, j->c->xq + (size_t)r * j->c->xq_row);
+}
 
 static void mm_task(void *ctx, int task, int thread) {
     mm_job *j = ctx;
@@ -274,9 +302,20 @@ static void mm_task(void *ctx, int task, int thread) {
     while (task >= j->first_task[m + 1]) m++;
     const dsp_bweight *w = j->w[m];
     int64_t in = (int64_t)w->t->ne[0], out = (int64_t)w->t->ne[1];
+    if (j->x_blocks[m] > 1) { /* q8, 2-D split */
+        const int t = task - j->first_task[m], xb = t % j->x_blocks[m];
+        const int64_t r0 = (int64_t)(t / j->x_blocks[m]) * Q8_TASK_W, r1 = r0 + Q8_TASK_W < out ? r0 + Q8_TASK_W : out;
+        const int i0 = xb * Q8_TASK_X, ni = j->n_rows - i0 < Q8_TASK_X ? j->n_rows - i0 : Q8_TASK_X;
+        j->c->ops->matmul_q8(w->type, w->data, w->row_bytes, in, r0, r1, j->xq + (size_t)i0 * j->c->xq_row, j->c->xq_row, ni,
+                             j->y[m] + (size_t)i0 * (size_t)out, out);
+        return;
+    }
     int64_t r0 = (int64_t)(task - j->first_task[m]) * DSP_CPU_MM_ROWS, r1 = r0 + DSP_CPU_MM_ROWS < out ? r0 + DSP_CPU_MM_ROWS : out;
-    j->c->ops->matmul(w->type, w->data, w->row_bytes, in, r0, r1, j->x, in, j->n_rows, j->y[m], out,
-                      j->c->wrow + (size_t)thread * j->c->wrow_per_thread);
+    if (j->xq && dsp_cpu_q8_type(w->type))
+        j->c->ops->matmul_q8(w->type, w->data, w->row_bytes, in, r0, r1, j->xq, j->c->xq_row, j->n_rows, j->y[m], out);
+    else
+        j->c->ops->matmul(w->type, w->data, w->row_bytes, in, r0, r1, j->x, in, j->n_rows, j->y[m], out,
+                          j->c->wrow + (size_t)thread * j->c->wrow_per_thread);
 }
 
 static void cpu_matmul(dsp_backend *be, int n, const dsp_bweight *const *w, dsp_buf *const *y, const dsp_buf *x, int n_rows) {
@@ -289,7 +328,16 @@ static void cpu_matmul(dsp_backend *be, int n, const dsp_bweight *const *w, dsp_
         DSP_ASSERT((size_t)n_rows * w[m]->t->ne[1] <= y[m]->n && (size_t)n_rows * w[m]->t->ne[0] <= x->n);
         j.w[m] = w[m];
         j.y[m] = y[m]->data;
-        j.first_task[m + 1] = j.first_task[m] + (int)((w[m]->t->ne[1] + DSP_CPU_MM_ROWS - 1) / DSP_CPU_MM_ROWS);
+        const bool q8 = c->q8 && dsp_cpu_q8_type(w[m]->type);
+        if (q8) j.xq = c->xq;
+        j.x_blocks[m] = q8 && n_rows > Q8_TASK_X ? (n_rows + Q8_TASK_X - 1) / Q8_TASK_X : 1;
+        const int64_t wb = j.x_blocks[m] > 1 ? Q8_TASK_W : DSP_CPU_MM_ROWS;
+        j.first_task[m + 1] = j.first_task[m] + (int)((w[m]->t->ne[1] + wb - 1) / wb) * j.x_blocks[m];
+    }
+    if (j.xq) { /* once for every matrix of the call; a prefill spreads the rows over the pool */
+        const int n_chunks = (n_rows + 15) / 16;
+        if (n_chunks > 1) dsp_pool_run(c->pool, n_chunks, quant_task, &j);
+        else quant_task(&j, 0, 0);
     }
     dsp_pool_run(c->pool, j.first_task[n], mm_task, &j);
 }
@@ -412,7 +460,7 @@ static void cpu_copy_rows(dsp_backend *be, dsp_buf *dst, size_t dst_ld, size_t d
 static void cpu_destroy(dsp_backend *be) {
     cpu_backend *c = cpu(be);
     dsp_pool_destroy(c->pool);
-    free(c->wrow), free(c->scores), free(c->rope_cs);
+    free(c->wrow), free(c->scores), free(c->rope_cs), free(c->xq);
     free(c);
 }
 
@@ -450,6 +498,7 @@ dsp_status dsp_backend_cpu_create(const dsp_backend_params *p, dsp_backend **out
     c->base.ops = &g_cpu_ops;
     c->base.kind = DSP_BACKEND_CPU;
     c->ops = dsp_cpu_ops_best();
+    c->q8 = !(p && p->f32_activations);
     int nt = p && p->n_threads > 0 ? p->n_threads : dsp_physical_cores();
     dsp_status st = dsp_pool_create(nt, &c->pool);
     if (st) {
@@ -457,7 +506,8 @@ dsp_status dsp_backend_cpu_create(const dsp_backend_params *p, dsp_backend **out
         return st;
     }
     c->n_threads = dsp_pool_size(c->pool);
-    snprintf(c->base.desc, sizeof c->base.desc, "cpu %s, %d thread%s", c->ops->name, c->n_threads, c->n_threads == 1 ? "" : "s");
+    snprintf(c->base.desc, sizeof c->base.desc, "cpu %s, %d thread%s, %s activations", c->ops->name, c->n_threads, c->n_threads == 1 ? "" : "s",
+             c->q8 ? "8-bit" : "f32");
     *out = &c->base;
     return DSP_OK;
 }

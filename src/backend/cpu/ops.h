@@ -1,12 +1,14 @@
 /* backend/cpu/ops: CPU kernels behind one ops table chosen at run time.
  *
- * Three implementations, each in its own translation unit:
- *   ref.c     scalar reference, kept forever as the oracle (portable C, no intrinsics);
- *   avx2.c    AVX2 + FMA + F16C (compiled with those flags only);
- *   avx512.c  AVX-512 F/BW/VL/DQ (compiled with those flags only).
+ * Five implementations, each in its own translation unit:
+ *   ref.c         scalar reference, kept forever as the oracle (portable C, no intrinsics);
+ *   avx2.c        AVX2 + FMA + F16C (compiled with those flags only);
+ *   avx2vnni.c    the same + AVX-VNNI (vpdpbusd on 256-bit registers) for the 8-bit dot products;
+ *   avx512.c      AVX-512 F/BW/VL/DQ (compiled with those flags only);
+ *   avx512vnni.c  the same + AVX512-VNNI.
  * cpu.c detects the CPU (cpuid + xgetbv: the OS must have enabled the register state) and picks
- * the best table once; -march=native is never needed. DSP_CPU_ISA=scalar|avx2|avx512 in the
- * environment caps the choice (for tests and for comparisons).
+ * the best table once; -march=native is never needed. DSP_CPU_ISA=scalar|avx2|avx2vnni|avx512|
+ * avx512vnni in the environment caps the choice (for tests and for comparisons).
  *
  * Batch invariance (DESIGN.md §2): every kernel computes each output element with a reduction
  * order that depends only on the reduction length, never on how many rows are in the batch, how
@@ -19,9 +21,34 @@
  * t16[j] = L[j] + L[j+16], t8[j] = t16[j] + t16[j+8], ... So AVX2 and AVX-512 give bit-identical
  * dot products and matmuls (tests check this where both run); only exp-based kernels differ.
  * Weights are dequantized bit-exactly (the same float operations as core/quant.c), so a
- * matmul differs from the reference only by the summation order of its dot products. */
+ * matmul differs from the reference only by the summation order of its dot products.
+ *
+ * 8-bit activations ("q8", the default precision): for the weight types of dsp_cpu_q8_type()
+ * (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) each activation row is quantized once per matmul input
+ * (quantize_q8, layout below) and matmul_q8 computes the dot products in integers. The arithmetic
+ * ("q8 block order"), identical in every table and for any number of rows:
+ *   - per 32-weight block b the weight is w[e] = D_w * q[e] (+ M_w), q an integer (Q4_0: nibble - 8,
+ *     Q8_0: the byte, Q6_K: 6 bits - 32 with one D_w per 16 weights, Q4_1/Q4_K/Q5_K: unsigned, with
+ *     a min M_w: Q4_1 m, Q4_K/Q5_K -(dmin * m_j)); D_w is the float the reference dequantization
+ *     multiplies by (Q4_K: d * sc_j);
+ *   - the block splits into two halves, h = (e / 4) % 2 (weights 0-3, 8-11, 16-19, 24-27 and the
+ *     rest: what one 32-bit lane of vpdpbusd sums over the interleaved layout below), and
+ *     P[h] = sum q[e] * xq[e] over half h is exact (int32), however an ISA forms it (vpmaddubsw +
+ *     vpmaddwd, vpdpbusd, the weights' integer offsets folded in through the block sums S);
+ *     Q6_K has P_lo[h] (e < 16) and P_hi[h] (e >= 16) instead;
+ *   - sixteen float lanes, lane 2 * (b mod 8) + h, start at +0 and take, for b = 0, 1, ... nbp - 1
+ *     in order (nbp = nb rounded up to 8; padding blocks have D_w = M_w = dx = s = P = 0):
+ *       L = fma(D_w * dx[b], (float)P[h], L)            (Q6_K: P_lo with D_lo, then P_hi with D_hi)
+ *       L = fma(M_w, h ? 0 : s[b], L)                   (the types with a min)
+ *   - y = t2[0] + t2[1], t2[j] = t4[j] + t4[j + 2], t4[j] = t8[j] + t8[j + 4], t8[j] = L[j] + L[j + 8].
+ * dsp_cpu_q8_dot_ref is that definition in portable C; tests hold every table to it bit for bit.
+ * Quantization (quantize_q8, also identical everywhere): per block dx = max|x| / 127,
+ * xq = round-to-nearest-even(x * (1 / dx)) clamped to [-127, 127] (NaN -> -127; dx = 0 -> all 0),
+ * S = sum xq, s = dx * (float)S. */
 #ifndef DSP_BACKEND_CPU_OPS_H
 #define DSP_BACKEND_CPU_OPS_H
+
+#include "core/dtype.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,9 +65,56 @@ static inline int64_t dsp_cpu_mm_stride(int64_t in) { return (in + 15) / 16 * 16
 typedef void (*dsp_cpu_matmul_fn)(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1,
                                   const float *x, int64_t ldx, int n_x, float *y, int64_t ldy, float *scratch);
 
+/* ---- 8-bit activation rows ("q8 rows") ------------------------------------------------------
+ * A row of n activations (n a multiple of 32: nb blocks of 32, padded to nbp = nb rounded up to 8)
+ * is dsp_cpu_q8_row_bytes(n) bytes, 64-byte aligned when the buffer is. The per-block values are
+ * stored once per float lane (lane 2b + h, see above) so that kernels load them as vectors:
+ *   int8_t  q[32 * nbp]    quants, interleaved per group of 8 blocks (dsp_cpu_q8_index: element e
+ *                          of block b is at 256 * (b / 8) + 64 * (e / 8) + 8 * (b % 8) + e % 8, so
+ *                          a 64-byte vector holds 8 consecutive quants of each of 8 blocks and
+ *                          successive vpdpbusd accumulate the halves in place; padding blocks 0)
+ *   float   d[2 * nbp]     block scale dx, twice: d[2b] = d[2b + 1]
+ *   float   s[2 * nbp]     s[2b] = dx * (float)S, s[2b + 1] = 0   (the min term)
+ *   int32_t nS[2 * nbp]    nS[2b + h] = -(sum of the quants of half h of the block)
+ *   int32_t nSlo[2 * nbp]  the same over the block's lower 16 quants only
+ *   int32_t nShi[2 * nbp]  and over its upper 16
+ * (the sums seed each lane's integer accumulator with the weights' offset, e.g. Q4_0's -8 * S) */
+static inline int64_t dsp_cpu_q8_nbp(int64_t n) { return (n / 32 + 7) / 8 * 8; }
+static inline int64_t dsp_cpu_q8_index(int64_t b, int e) { return 256 * (b / 8) + 64 * (e / 8) + 8 * (b % 8) + e % 8; }
+static inline size_t dsp_cpu_q8_row_bytes(int64_t n) { return (size_t)(dsp_cpu_q8_nbp(n) * 72); }
+static inline const int8_t *dsp_cpu_q8_q(const void *row) { return (const int8_t *)row; }
+static inline const float *dsp_cpu_q8_d(const void *row, int64_t nbp) { return (const float *)((const uint8_t *)row + 32 * nbp); }
+static inline const float *dsp_cpu_q8_s(const void *row, int64_t nbp) { return (const float *)((const uint8_t *)row + 40 * nbp); }
+static inline const int32_t *dsp_cpu_q8_nS(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 48 * nbp); }
+static inline const int32_t *dsp_cpu_q8_nSlo(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 56 * nbp); }
+static inline const int32_t *dsp_cpu_q8_nShi(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 64 * nbp); }
+/* the per-lane values of block b from its scale and quant sums ([lower / upper 16][half]); shared
+ * by every quantize_q8 */
+static inline void dsp_cpu_q8_put_sums(int64_t b, float dx, const int32_t sum[2][2], float *d, float *s, int32_t *nS, int32_t *nSlo,
+                                       int32_t *nShi) {
+    const int32_t S = sum[0][0] + sum[0][1] + sum[1][0] + sum[1][1];
+    d[2 * b] = d[2 * b + 1] = dx;
+    s[2 * b] = dx * (float)S, s[2 * b + 1] = 0;
+    for (int h = 0; h < 2; h++) nS[2 * b + h] = -(sum[0][h] + sum[1][h]), nSlo[2 * b + h] = -sum[0][h], nShi[2 * b + h] = -sum[1][h];
+}
+
+/* 1 if matmul_q8 takes weights of this type (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K); the other types
+ * keep f32 activations in every precision */
+int dsp_cpu_q8_type(uint32_t type);
+/* the q8 types whose blocks have a min M_w (ops.h: the second FMA per block) */
+static inline int dsp_cpu_q8_has_min(uint32_t type) { return type == DSP_Q4_1 || type == DSP_Q4_K || type == DSP_Q5_K; }
+
+/* y[i*ldy + r] = q8 dot of W row r with q8 row i (at xq + i*ldq bytes), r in [r0, r1), i < n_x.
+ * type must pass dsp_cpu_q8_type; `in` is a whole number of the type's blocks. */
+typedef void (*dsp_cpu_matmul_q8_fn)(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1,
+                                     const void *xq, size_t ldq, int n_x, float *y, int64_t ldy);
+
 typedef struct dsp_cpu_ops {
-    const char *name; /* "scalar", "avx2", "avx512" */
+    const char *name; /* "scalar", "avx2", "avx2vnni", "avx512", "avx512vnni" */
     dsp_cpu_matmul_fn matmul;
+    dsp_cpu_matmul_q8_fn matmul_q8;
+    /* dst = the q8 row of x[0..n), n a multiple of 32 (layout above) */
+    void (*quantize_q8)(const float *x, int64_t n, void *dst);
     /* dst[0..n) = row of `type` at src, bit-identical to dsp_dequantize_row; n whole blocks */
     void (*dequant_row)(uint32_t type, const void *src, float *dst, int64_t n);
     float (*dot)(const float *a, const float *b, int64_t n);
@@ -57,7 +131,7 @@ typedef struct dsp_cpu_ops {
 const dsp_cpu_ops *dsp_cpu_ops_best(void);
 /* A table by name, or NULL if it was not compiled in or this CPU/OS cannot run it. */
 const dsp_cpu_ops *dsp_cpu_ops_get(const char *name);
-/* "avx512", "avx2" or "scalar": what this CPU can run, ignoring DSP_CPU_ISA */
+/* the best table name this CPU can run ("avx512vnni" ... "scalar"), ignoring DSP_CPU_ISA */
 const char *dsp_cpu_isa_supported(void);
 
 /* ---- the scalar reference (ref.c) ------------------------------------------------------------ */
@@ -82,10 +156,17 @@ void dsp_cpu_ref_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t 
                         int64_t ldx, int n_x, float *y, int64_t ldy, float *scratch);
 /* the 32-lane FMA dot order of the SIMD tables, in portable C (fmaf): their bitwise oracle */
 float dsp_cpu_dot32_fma_ref(const float *a, const float *b, int64_t n);
+/* the q8 block order (see the top of this file) for one weight row of `type` and one q8 row */
+float dsp_cpu_q8_dot_ref(uint32_t type, const void *wrow, const void *xq, int64_t n);
+void dsp_cpu_quantize_q8(const float *x, int64_t n, void *dst);
+void dsp_cpu_ref_matmul_q8(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1, const void *xq,
+                           size_t ldq, int n_x, float *y, int64_t ldy);
 
 extern const dsp_cpu_ops dsp_cpu_ops_scalar;
-/* defined by the ISA translation units (avx2.c, avx512.c) */
+/* defined by the ISA translation units */
 extern const dsp_cpu_ops dsp_cpu_ops_avx2;
+extern const dsp_cpu_ops dsp_cpu_ops_avx2vnni;
 extern const dsp_cpu_ops dsp_cpu_ops_avx512;
+extern const dsp_cpu_ops dsp_cpu_ops_avx512vnni;
 
 #endif

@@ -5,6 +5,7 @@
 #include "core/quant.h"
 
 #include <math.h>
+#include <string.h>
 
 #define LANES 16
 
@@ -87,9 +88,127 @@ float dsp_cpu_dot32_fma_ref(const float *a, const float *b, int64_t n) {
     return l[0];
 }
 
+/* ---- 8-bit activations: the q8 block order, written out (ops.h) ------------------------------- */
+
+int dsp_cpu_q8_type(uint32_t type) {
+    return type == DSP_Q4_0 || type == DSP_Q4_1 || type == DSP_Q8_0 || type == DSP_Q4_K || type == DSP_Q5_K || type == DSP_Q6_K;
+}
+
+void dsp_cpu_quantize_q8(const float *x, int64_t n, void *dst) {
+    const int64_t nb = n / 32, nbp = dsp_cpu_q8_nbp(n);
+    int8_t *q = dst;
+    float *d = (float *)(q + 32 * nbp), *s = d + 2 * nbp;
+    int32_t *nS = (int32_t *)(s + 2 * nbp), *nSlo = nS + 2 * nbp, *nShi = nSlo + 2 * nbp;
+    for (int64_t b = 0; b < nbp; b++) {
+        float amax = 0;
+        if (b < nb)
+            for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[32 * b + k]));
+        const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        int32_t sum[2][2] = {{0, 0}, {0, 0}}; /* [lower / upper 16][half] */
+        for (int k = 0; k < 32; k++) {
+            int v = 0;
+            if (b < nb) {
+                /* NaN -> -127 (fmaxf drops it), like the SIMD max(v, -127); |x * id| <= 127 + rounding */
+                v = (int)nearbyintf(fminf(fmaxf(x[32 * b + k] * id, -127.0f), 127.0f));
+            }
+            q[dsp_cpu_q8_index(b, k)] = (int8_t)v;
+            sum[k / 16][(k / 4) % 2] += v;
+        }
+        dsp_cpu_q8_put_sums(b, db, sum, d, s, nS, nSlo, nShi);
+    }
+}
+
+static float f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return dsp_f16_to_f32(h);
+}
+
+/* block b (32 weights) of a row of `type` as integers q[] with w = D[k / 16] * q[k] + M (M = 0
+ * for the types without a min) */
+static void q8_wblock(uint32_t type, const uint8_t *row, int64_t b, int q[32], float D[2], float *M) {
+    *M = 0;
+    switch (type) {
+    case DSP_Q8_0: {
+        const uint8_t *p = row + 34 * b;
+        D[0] = D[1] = f16(p);
+        for (int k = 0; k < 32; k++) q[k] = (int8_t)p[2 + k];
+        return;
+    }
+    case DSP_Q4_0:
+    case DSP_Q4_1: {
+        const int q41 = type == DSP_Q4_1;
+        const uint8_t *p = row + (q41 ? 20 : 18) * b, *qs = p + (q41 ? 4 : 2);
+        D[0] = D[1] = f16(p);
+        for (int k = 0; k < 16; k++) q[k] = (qs[k] & 15) - (q41 ? 0 : 8), q[k + 16] = (qs[k] >> 4) - (q41 ? 0 : 8);
+        if (q41) *M = f16(p + 2);
+        return;
+    }
+    case DSP_Q4_K:
+    case DSP_Q5_K: {
+        const int q5 = type == DSP_Q5_K, j = (int)(b % 8);
+        const uint8_t *p = row + (q5 ? 176 : 144) * (b / 8), *qs = p + (q5 ? 48 : 16) + 32 * (j / 2);
+        uint8_t sc, m;
+        dsp_quant_scale_min_k4(p + 4, j, &sc, &m);
+        D[0] = D[1] = f16(p) * (float)sc;
+        *M = -(f16(p + 2) * (float)m);
+        for (int k = 0; k < 32; k++) q[k] = ((qs[k] >> (4 * (j % 2))) & 15) | (q5 ? ((p[16 + k] >> j) & 1) << 4 : 0);
+        return;
+    }
+    case DSP_Q6_K: {
+        const uint8_t *p = row + 210 * (b / 8);
+        const int h = (int)(b % 8) / 4, c = (int)(b % 4);
+        const float d = f16(p + 208);
+        const int8_t *sc = (const int8_t *)(p + 192) + 8 * h + 2 * c;
+        D[0] = d * (float)sc[0], D[1] = d * (float)sc[1];
+        for (int k = 0; k < 32; k++) {
+            int lo = (p[64 * h + 32 * (c % 2) + k] >> (4 * (c / 2))) & 15, hi = (p[128 + 32 * h + k] >> (2 * c)) & 3;
+            q[k] = (lo | hi << 4) - 32;
+        }
+        return;
+    }
+    default: return;
+    }
+}
+
+float dsp_cpu_q8_dot_ref(uint32_t type, const void *wrow, const void *xq, int64_t n) {
+    const int64_t nb = n / 32, nbp = dsp_cpu_q8_nbp(n);
+    const int8_t *xqs = dsp_cpu_q8_q(xq);
+    const float *dx = dsp_cpu_q8_d(xq, nbp), *sx = dsp_cpu_q8_s(xq, nbp);
+    const int has_min = dsp_cpu_q8_has_min(type);
+    float L[16] = {0};
+    for (int64_t b = 0; b < nbp; b++) {
+        int q[32] = {0};
+        float D[2] = {0, 0}, M = 0;
+        if (b < nb) q8_wblock(type, wrow, b, q, D, &M);
+        int32_t P[2][2] = {{0, 0}, {0, 0}}; /* [half][lower / upper 16] */
+        for (int e = 0; e < 32; e++) P[(e / 4) % 2][e / 16] += q[e] * xqs[dsp_cpu_q8_index(b, e)];
+        for (int h = 0; h < 2; h++) {
+            float *l = &L[2 * (b % 8) + h];
+            if (type == DSP_Q6_K) {
+                *l = fmaf(D[0] * dx[2 * b], (float)P[h][0], *l);
+                *l = fmaf(D[1] * dx[2 * b], (float)P[h][1], *l);
+            } else {
+                *l = fmaf(D[0] * dx[2 * b], (float)(P[h][0] + P[h][1]), *l);
+            }
+            if (has_min) *l = fmaf(M, sx[2 * b + h], *l);
+        }
+    }
+    for (int w = 8; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) L[j] = L[j] + L[j + w];
+    return L[0];
+}
+
+void dsp_cpu_ref_matmul_q8(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1, const void *xq,
+                           size_t ldq, int n_x, float *y, int64_t ldy) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int i = 0; i < n_x; i++)
+            y[(size_t)i * ldy + r] = dsp_cpu_q8_dot_ref(type, (const uint8_t *)w + (size_t)r * row_bytes, (const uint8_t *)xq + (size_t)i * ldq, in);
+}
+
 static void ref_dequant_row(uint32_t type, const void *src, float *dst, int64_t n) { dsp_dequantize_row(type, src, dst, (uint64_t)n); }
 
 const dsp_cpu_ops dsp_cpu_ops_scalar = {
-    "scalar", dsp_cpu_ref_matmul, ref_dequant_row, dsp_cpu_dot_f32, dsp_cpu_rmsnorm, dsp_cpu_softmax,
-    dsp_cpu_swiglu, dsp_cpu_rope, dsp_cpu_axpy, dsp_cpu_argmax,
+    "scalar", dsp_cpu_ref_matmul, dsp_cpu_ref_matmul_q8, dsp_cpu_quantize_q8, ref_dequant_row, dsp_cpu_dot_f32, dsp_cpu_rmsnorm,
+    dsp_cpu_softmax, dsp_cpu_swiglu, dsp_cpu_rope, dsp_cpu_axpy, dsp_cpu_argmax,
 };

@@ -33,8 +33,13 @@ typedef __m512 vf;
 #define VW 16
 #define MAXW 4
 #define MAXX 12
+#if defined(DSP_Q8_VNNI)
+#define ISA_NAME "avx512vnni"
+#define OPS_NAME dsp_cpu_ops_avx512vnni
+#else
 #define ISA_NAME "avx512"
 #define OPS_NAME dsp_cpu_ops_avx512
+#endif
 static inline vf vzero(void) { return _mm512_setzero_ps(); }
 static inline vf vset1(float a) { return _mm512_set1_ps(a); }
 static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
@@ -69,8 +74,13 @@ typedef __m256 vf;
 #define FUSED_MAX_X 2 /* 16 registers: 2 activation rows at most per decoded weight step */
 #define MM_TW 2
 #define MM_TX 1
+#if defined(DSP_Q8_VNNI)
+#define ISA_NAME "avx2vnni"
+#define OPS_NAME dsp_cpu_ops_avx2vnni
+#else
 #define ISA_NAME "avx2"
 #define OPS_NAME dsp_cpu_ops_avx2
+#endif
 static inline vf vzero(void) { return _mm256_setzero_ps(); }
 static inline vf vset1(float a) { return _mm256_set1_ps(a); }
 static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
@@ -599,6 +609,10 @@ static void k_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t in,
     }
 }
 
+/* ---- 8-bit activations ------------------------------------------------------------------------- */
+
+#include "backend/cpu/q8_impl.h"
+
 /* ---- element-wise and small kernels ---------------------------------------------------------- */
 
 /* exp(x): Cephes-style range reduction + degree-5 polynomial; about 2 ulp on [-87, 88];
@@ -680,5 +694,5 @@ static int64_t k_argmax(const float *x, int64_t n) {
 }
 
 const dsp_cpu_ops OPS_NAME = {
-    ISA_NAME, k_matmul, k_dequant_row, k_dot, k_rmsnorm, k_softmax, k_swiglu, dsp_cpu_rope, k_axpy, k_argmax,
+    ISA_NAME, k_matmul, k_matmul_q8, k_quantize_q8, k_dequant_row, k_dot, k_rmsnorm, k_softmax, k_swiglu, dsp_cpu_rope, k_axpy, k_argmax,
 };
