@@ -20,9 +20,12 @@
  * Cost: the default model decodes at ~10-20 tok/s on the 2-core CI machine with the reference
  * kernels, and the complete greedy matrix (44 x 6 x 2 lookup runs + 88 baseline runs) takes
  * ~30 minutes there. So the level is chosen by DSP_SPEC_TEST_LEVEL:
- *   quick (default, both CI builds): every prompt, both penalty settings, and max_draft rotating
- *         through {1, 2, 3, 4, 8, 16, auto} (each value is used on ~12 prompt/penalty pairs), 16 tokens;
+ *   quick (default, both CI builds): every prompt, with the penalty setting alternating and max_draft
+ *         rotating through {1, 2, 3, 4, 8, 16, auto} (each value on 6-7 prompts, each (penalties,
+ *         max_draft) pair on 3-4), 16 tokens;
  *         the stop cases at max_draft 2 and 16; each sampling configuration on 1-2 prompts;
+ *         sanitized builds (DSP_SANITIZED, ~10x slower) take every 3rd prompt of the greedy matrix
+ *         and one max_draft per stop case (2 and 16 alternating);
  *   full: the complete cross products, 24 tokens (run before merging a change to spec/ or engine/).
  * DSP_SPEC_TEST_TOKENS overrides the generation length. DSP_TEST_BACKEND=cuda runs the engine on the
  * GPU (CTest: test_spec_e2e_cuda, label gpu, skipped without one); DSP_TEST_MODEL=FILE another
@@ -47,6 +50,8 @@ static dsp_engine *g_e;  /* no prefix cache: every run prefills */
 static dsp_engine *g_pc; /* with the prefix cache: what a run leaves behind */
 static int g_tokens = 16;
 static bool g_full = false;
+static int g_prompt_stride = 1; /* quick level: 3 in sanitized builds (DSP_SANITIZED) */
+static bool g_sanitized = false;
 static bool g_cuda = false; /* DSP_TEST_BACKEND=cuda: the engine (and the reference forward) on the GPU */
 
 #define CHAT(u) "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n" u "<|im_end|>\n<|im_start|>assistant\n"
@@ -152,10 +157,15 @@ static const int g_drafts[] = {1, 2, 3, 4, 8, 16, DSP_DRAFT_AUTO};
 static void test_greedy_lossless(void) {
     size_t drafted = 0, accepted = 0, rounds = 0, gen = 0;
     int runs = 0;
-    for (int pi = 0; pi < N_PROMPTS; pi++) {
+    /* quick: one penalty setting per prompt (alternating) and one max_draft (rotating); 2 and 7 are
+     * coprime, so every 14 consecutive prompts cover every (penalties, max_draft) pair once.
+     * Sanitized builds (~10x slower) take every 3rd prompt: 8 copy-heavy and 7 chat ones. */
+    const int stride = g_full ? 1 : g_prompt_stride;
+    for (int pi = 0, k = 0; pi < N_PROMPTS; pi += stride, k++) {
         int32_t ids[512];
         int n = tokenize(g_prompts[pi], ids, 512);
         for (int pen = 0; pen < 2; pen++) {
+            if (!g_full && pen != k % 2) continue;
             dsp_gen_params gp = dsp_gen_default_params();
             gp.max_tokens = g_tokens;
             gp.logprobs = 2;
@@ -163,7 +173,7 @@ static void test_greedy_lossless(void) {
             static run_out base, spec;
             run(ids, n, &gp, &base);
             for (size_t di = 0; di < sizeof g_drafts / sizeof g_drafts[0]; di++) {
-                if (!g_full && di != (size_t)(pi * 2 + pen) % N_DRAFTS) continue;
+                if (!g_full && di != (size_t)(k % N_DRAFTS)) continue;
                 gp.mode = DSP_SPEC_LOOKUP;
                 gp.max_draft = g_drafts[di];
                 run(ids, n, &gp, &spec);
@@ -176,7 +186,8 @@ static void test_greedy_lossless(void) {
             gp.mode = DSP_SPEC_BASELINE;
         }
     }
-    fprintf(stderr, "  level %s, %d tokens: %d lookup runs over %d prompts: %zu tokens in %zu rounds, %zu/%zu drafts accepted\n", g_full ? "full" : "quick", g_tokens, runs, N_PROMPTS, gen, rounds, accepted,
+    fprintf(stderr, "  level %s, %d tokens: %d lookup runs over %d prompts: %zu tokens in %zu rounds, %zu/%zu drafts accepted\n", g_full ? "full" : "quick", g_tokens, runs,
+            (N_PROMPTS + stride - 1) / stride, gen, rounds, accepted,
             drafted);
     CHECK(accepted > 0 && accepted < drafted); /* both full and partial acceptance happened */
 }
@@ -211,6 +222,7 @@ static void test_stops_inside_blocks(void) {
         size_t cached_base = cached_after(ids, n, &g2);
         for (int di = 0; di < N_DRAFTS; di++) {
             if (!g_full && di != 1 && di != 5) continue; /* quick: max_draft 2 and 16 */
+            if (!g_full && g_sanitized && di != (cse % 2 ? 5 : 1)) continue; /* sanitized: one of them */
             g2.mode = DSP_SPEC_LOOKUP;
             g2.max_draft = g_drafts[di];
             run(ids, n, &g2, &b);
@@ -449,6 +461,7 @@ static void test_bad_params(void) {
 int main(void) {
     const char *lv = getenv("DSP_SPEC_TEST_LEVEL");
     if (lv && !strcmp(lv, "full")) g_full = true, g_tokens = 24;
+    if (getenv("DSP_SANITIZED")) g_prompt_stride = 3, g_sanitized = true;
     const char *nt = getenv("DSP_SPEC_TEST_TOKENS");
     if (nt && atoi(nt) > 0) g_tokens = atoi(nt);
     g_cuda = dsp_test_wants_cuda();
