@@ -1,15 +1,16 @@
-/* bench_spec: decode speed of speculative decoding (prompt lookup) against baseline, measured in
- * the same run on the same prompts.
+/* bench_spec: decode speed of speculative decoding (prompt lookup by default, or --mode with a
+ * --draft-model) against baseline, measured in the same run on the same prompts.
  *
  * For every prompt set (a directory of chat contexts, see bench/prompts/README.md) and every
- * prompt, it runs baseline and lookup alternately (reps times each, after one warm-up pair), checks
- * that both produced the same tokens (lossless; a mismatch is reported and fails the run), and
- * reports per set: the median over prompts of the median decode tok/s of each mode, the median of
- * the per-prompt speedups, the aggregate speedup (total tokens / total decode time), the mean
- * accepted length (tokens per round, bonus included) and the draft acceptance rate. The machine
- * stamp (CPU, cores, memory, kernel, commit, threads) heads the output.
+ * prompt, it runs baseline and the speculative mode at every --max-draft value given (a list, e.g.
+ * 2,4,8,16,auto) alternately (reps times each, after one warm-up round), checks that each produced
+ * baseline's tokens (lossless; a mismatch is reported and fails the run), and reports per set and
+ * max-draft value: the median over prompts of the median decode tok/s, the median of the
+ * per-prompt speedups, the aggregate speedup (total tokens / total decode time), the mean accepted
+ * length (tokens per round, bonus included) and the draft acceptance rate. The machine stamp (CPU,
+ * cores, memory, kernel, commit, threads) heads the output.
  *
- * usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--max-draft N]
+ * usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--mode M] [--draft-model D] [--max-draft N,N,..|auto]
  *                   [--reps R] [-t THREADS] [--json] */
 #include "dspark.h"
 
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -84,19 +86,39 @@ static void machine_stamp(char *cpu, size_t cap, long *mem_mb) {
     if (f) fclose(f);
 }
 
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+#define MAX_CFG 12
+
+typedef struct cfg_result {
+    double tps, speedup_median, speedup_aggregate, speedup_cpu, mean_accept_len, accept_rate;
+    size_t tokens, rounds, drafted, accepted;
+    double ms, cpu_s;
+} cfg_result;
 
 typedef struct set_result {
     char name[64];
     int n_prompts;
-    double base_tps, spec_tps, speedup_median, speedup_aggregate, mean_accept_len, accept_rate;
-    size_t tokens;
+    double base_tps;
+    cfg_result cfg[MAX_CFG];
     int mismatches;
 } set_result;
 
+static void draft_name(int md, char *buf, size_t cap) {
+    if (md == DSP_DRAFT_AUTO) snprintf(buf, cap, "auto");
+    else snprintf(buf, cap, "%d", md);
+}
+
 int main(int argc, char **argv) {
-    const char *model = NULL, *dir = "bench/prompts", *sets = "copy,chat";
-    int n_tokens = 128, max_draft = 8, reps = 3, threads = 2;
+    const char *model = NULL, *dir = "bench/prompts", *sets = "copy,chat", *drafts = "8", *draft_model = NULL;
+    int n_tokens = 128, reps = 3, threads = 2;
+    dsp_spec_mode mode = DSP_SPEC_LOOKUP;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -105,17 +127,35 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--prompts") && v) dir = argv[++i];
         else if (!strcmp(a, "--sets") && v) sets = argv[++i];
         else if (!strcmp(a, "-n") && v) n_tokens = atoi(argv[++i]);
-        else if (!strcmp(a, "--max-draft") && v) max_draft = atoi(argv[++i]);
-        else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-draft") && v) drafts = argv[++i];
+        else if (!strcmp(a, "--draft-model") && v) draft_model = argv[++i];
+        else if (!strcmp(a, "--mode") && v) {
+            if (!dsp_spec_mode_from_string(argv[++i], &mode) || mode == DSP_SPEC_BASELINE) {
+                fprintf(stderr, "bench_spec: --mode: '%s' is not a speculation mode\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
         else if (!strcmp(a, "-t") && v) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--json")) json = true;
         else {
-            fprintf(stderr, "usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--max-draft N] [--reps R] [-t THREADS] [--json]\n");
+            fprintf(stderr, "usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--mode M] [--draft-model D]\n"
+                            "                  [--max-draft N,N,...|auto] [--reps R] [-t THREADS] [--json]\n");
             return 2;
         }
     }
-    if (!model || reps < 1 || reps > MAX_REPS || n_tokens < 1 || max_draft < 1 || max_draft > DSP_MAX_DRAFT) {
-        fprintf(stderr, "bench_spec: need -m MODEL; reps 1..%d, -n >= 1, --max-draft 1..%d\n", MAX_REPS, DSP_MAX_DRAFT);
+    int md[MAX_CFG], n_cfg = 0;
+    char dbuf[256];
+    snprintf(dbuf, sizeof dbuf, "%s", drafts);
+    for (char *save = NULL, *t = strtok_r(dbuf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int x = !strcmp(t, "auto") ? DSP_DRAFT_AUTO : atoi(t);
+        if (n_cfg == MAX_CFG || (x != DSP_DRAFT_AUTO && (x < 1 || x > DSP_MAX_DRAFT))) {
+            fprintf(stderr, "bench_spec: --max-draft: at most %d values, each 1..%d or auto\n", MAX_CFG, DSP_MAX_DRAFT);
+            return 2;
+        }
+        md[n_cfg++] = x;
+    }
+    if (!model || reps < 1 || reps > MAX_REPS || n_tokens < 1 || n_cfg == 0) {
+        fprintf(stderr, "bench_spec: need -m MODEL; reps 1..%d, -n >= 1\n", MAX_REPS);
         return 2;
     }
     dsp_model_params mp = dsp_model_default_params();
@@ -129,11 +169,15 @@ int main(int argc, char **argv) {
     cp.n_ctx = 2048;
     cp.max_batch = 1;
     cp.no_prefix_cache = true; /* no prefix reuse between modes: each run prefills */
+    cp.draft_model = draft_model;
     dsp_engine *c;
     if (dsp_engine_create(m, &cp, &c)) {
         fprintf(stderr, "bench_spec: %s\n", dsp_last_error());
         return 1;
     }
+    dsp_spec_profile prof;
+    for (int k = 0; k < n_cfg; k++)
+        if (md[k] == DSP_DRAFT_AUTO) dsp_engine_profile(c, &prof); /* measured (or read) before the timed runs */
     const dsp_tokenizer *tok = dsp_model_tokenizer(m);
     char cpu[256];
     long mem_mb;
@@ -141,10 +185,11 @@ int main(int argc, char **argv) {
     struct utsname un;
     uname(&un);
     if (!json)
-        printf("machine: %s, %ld cores online, %ld MiB, %s %s; commit %s; model %s; threads %d; %d tokens, max_draft %d, %d reps\n", cpu,
-               sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, DSP_GIT_COMMIT, model, threads, n_tokens, max_draft, reps);
+        printf("machine: %s, %ld cores online, %ld MiB, %s %s; commit %s; model %s; threads %d; %d tokens, mode %s, max_draft %s, %d reps\n", cpu,
+               sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, DSP_GIT_COMMIT, model, threads, n_tokens,
+               dsp_spec_mode_to_string(dsp_engine_resolve_mode(c, mode)), drafts, reps);
 
-    set_result res[8];
+    static set_result res[8];
     int n_sets = 0, rc = 0;
     char setbuf[256];
     snprintf(setbuf, sizeof setbuf, "%s", sets);
@@ -166,8 +211,9 @@ int main(int argc, char **argv) {
         memset(sr, 0, sizeof *sr);
         snprintf(sr->name, sizeof sr->name, "%s", name);
         sr->n_prompts = nf;
-        double pb[MAX_PROMPTS], ps[MAX_PROMPTS], pr[MAX_PROMPTS], tb = 0, ts = 0;
-        size_t tok_b = 0, tok_s = 0, rounds = 0, drafted = 0, accepted = 0, gen_s = 0;
+        static double pb[MAX_PROMPTS], ps[MAX_CFG][MAX_PROMPTS], pr[MAX_CFG][MAX_PROMPTS];
+        double tb = 0, cb = 0;
+        size_t tok_b = 0;
         for (int fi = 0; fi < nf; fi++) {
             snprintf(path, sizeof path, "%s/%s/%s", dir, name, files[fi]);
             char *ctx = slurp(path), *text = NULL;
@@ -181,70 +227,97 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_spec: %s: %s\n", path, dsp_last_error());
                 return 1;
             }
-            double bt[MAX_REPS], st[MAX_REPS];
+            double bt[MAX_REPS], st[MAX_CFG][MAX_REPS];
             static collect cb_, cs_;
             for (int r = fi == 0 ? -1 : 0; r < reps; r++) { /* r = -1: warm-up (first prompt of a set) */
-                for (int mode = 0; mode < 2; mode++) {
+                for (int k = -1; k < n_cfg; k++) { /* baseline, then each max-draft, interleaved within a rep */
                     dsp_gen_params gp = dsp_gen_default_params();
                     gp.max_tokens = n_tokens;
-                    gp.mode = mode ? DSP_SPEC_LOOKUP : DSP_SPEC_BASELINE;
-                    gp.max_draft = max_draft;
-                    collect *cl = mode ? &cs_ : &cb_;
+                    gp.mode = k < 0 ? DSP_SPEC_BASELINE : mode;
+                    gp.max_draft = k < 0 ? 8 : md[k];
+                    collect *cl = k >= 0 ? &cs_ : &cb_;
                     cl->n = 0;
                     dsp_gen_result gr;
+                    double c0 = cpu_seconds();
                     if (dsp_generate(c, ids, n_ids, &gp, on_tok, cl, &gr)) {
                         fprintf(stderr, "bench_spec: %s: %s\n", path, dsp_last_error());
                         return 1;
                     }
                     if (r < 0) continue;
                     double tps = gr.decode_ms > 0 ? (double)gr.n_generated / (gr.decode_ms / 1e3) : 0;
-                    if (mode) {
-                        st[r] = tps, ts += gr.decode_ms, tok_s += gr.n_generated;
-                        rounds += gr.n_rounds, drafted += gr.n_drafted, accepted += gr.n_accepted, gen_s += gr.n_generated;
+                    /* the decode's share of the process CPU time (the prefill is the same in every mode) */
+                    double wall = gr.prefill_ms + gr.decode_ms, dcpu = wall > 0 ? (cpu_seconds() - c0) * gr.decode_ms / wall : 0;
+                    if (k >= 0) {
+                        cfg_result *cr = &sr->cfg[k];
+                        st[k][r] = tps, cr->ms += gr.decode_ms, cr->tokens += gr.n_generated, cr->cpu_s += dcpu;
+                        cr->rounds += gr.n_rounds, cr->drafted += gr.n_drafted, cr->accepted += gr.n_accepted;
+                        if (cb_.n != cs_.n || memcmp(cb_.ids, cs_.ids, sizeof(int32_t) * (size_t)cb_.n)) {
+                            fprintf(stderr, "bench_spec: %s: speculative output differs from baseline!\n", path);
+                            sr->mismatches++;
+                            rc = 1;
+                        }
                     } else {
-                        bt[r] = tps, tb += gr.decode_ms, tok_b += gr.n_generated;
+                        bt[r] = tps, tb += gr.decode_ms, tok_b += gr.n_generated, cb += dcpu;
                     }
                 }
-                if (r >= 0 && (cb_.n != cs_.n || memcmp(cb_.ids, cs_.ids, sizeof(int32_t) * (size_t)cb_.n))) {
-                    fprintf(stderr, "bench_spec: %s: lookup output differs from baseline!\n", path);
-                    sr->mismatches++;
-                    rc = 1;
-                }
             }
-            pb[fi] = median(bt, reps), ps[fi] = median(st, reps), pr[fi] = ps[fi] / pb[fi];
-            if (!json)
-                printf("  %-5s %-28s %4d prompt tok %4d gen: baseline %6.2f tok/s  lookup %6.2f tok/s  %.2fx\n", name, files[fi], (int)n_ids, cs_.n, pb[fi],
-                       ps[fi], pr[fi]);
+            pb[fi] = median(bt, reps);
+            if (!json) printf("  %-5s %-28s %4d prompt tok %4d gen: baseline %6.2f tok/s", name, files[fi], (int)n_ids, cs_.n, pb[fi]);
+            for (int k = 0; k < n_cfg; k++) {
+                ps[k][fi] = median(st[k], reps), pr[k][fi] = ps[k][fi] / pb[fi];
+                char nm[16];
+                draft_name(md[k], nm, sizeof nm);
+                if (!json) printf("  %s: %.2fx", nm, pr[k][fi]);
+            }
+            if (!json) printf("\n");
             fflush(stdout);
             free(ctx);
             free(text);
             free(files[fi]);
         }
-        sr->tokens = tok_s;
         sr->base_tps = median(pb, nf);
-        sr->spec_tps = median(ps, nf);
-        sr->speedup_median = median(pr, nf);
-        sr->speedup_aggregate = (tok_s / ts) / (tok_b / tb);
-        sr->mean_accept_len = rounds ? (double)gen_s / (double)rounds : 0;
-        sr->accept_rate = drafted ? (double)accepted / (double)drafted : 0;
+        for (int k = 0; k < n_cfg; k++) {
+            cfg_result *cr = &sr->cfg[k];
+            cr->tps = median(ps[k], nf);
+            cr->speedup_median = median(pr[k], nf);
+            cr->speedup_aggregate = ((double)cr->tokens / cr->ms) / ((double)tok_b / tb);
+            cr->speedup_cpu = ((double)cr->tokens / cr->cpu_s) / ((double)tok_b / cb);
+            cr->mean_accept_len = cr->rounds ? (double)cr->tokens / (double)cr->rounds : 0;
+            cr->accept_rate = cr->drafted ? (double)cr->accepted / (double)cr->drafted : 0;
+        }
     }
     if (json) {
         printf("{\"machine\": {\"cpu\": \"%s\", \"cores_online\": %ld, \"mem_mib\": %ld, \"kernel\": \"%s %s\", \"commit\": \"%s\"}, ", cpu,
                sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, DSP_GIT_COMMIT);
-        printf("\"model\": \"%s\", \"threads\": %d, \"max_tokens\": %d, \"max_draft\": %d, \"reps\": %d, \"sets\": [", model, threads, n_tokens, max_draft,
-               reps);
-        for (int i = 0; i < n_sets; i++)
-            printf("%s{\"name\": \"%s\", \"prompts\": %d, \"baseline_tok_per_s\": %.3f, \"lookup_tok_per_s\": %.3f, \"speedup_median\": %.3f, "
-                   "\"speedup_aggregate\": %.3f, \"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f, \"mismatches\": %d}",
-                   i ? ", " : "", res[i].name, res[i].n_prompts, res[i].base_tps, res[i].spec_tps, res[i].speedup_median, res[i].speedup_aggregate,
-                   res[i].mean_accept_len, res[i].accept_rate, res[i].mismatches);
+        printf("\"model\": \"%s\", \"threads\": %d, \"max_tokens\": %d, \"mode\": \"%s\", \"reps\": %d, \"sets\": [", model, threads, n_tokens,
+               dsp_spec_mode_to_string(dsp_engine_resolve_mode(c, mode)), reps);
+        for (int i = 0; i < n_sets; i++) {
+            printf("%s{\"name\": \"%s\", \"prompts\": %d, \"baseline_tok_per_s\": %.3f, \"mismatches\": %d, \"configs\": [", i ? ", " : "", res[i].name,
+                   res[i].n_prompts, res[i].base_tps, res[i].mismatches);
+            for (int k = 0; k < n_cfg; k++) {
+                const cfg_result *cr = &res[i].cfg[k];
+                char nm[16];
+                draft_name(md[k], nm, sizeof nm);
+                printf("%s{\"max_draft\": \"%s\", \"tok_per_s\": %.3f, \"speedup_median\": %.3f, \"speedup_aggregate\": %.3f, \"speedup_cpu\": %.3f, "
+                       "\"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f}",
+                       k ? ", " : "", nm, cr->tps, cr->speedup_median, cr->speedup_aggregate, cr->speedup_cpu, cr->mean_accept_len, cr->accept_rate);
+            }
+            printf("]}");
+        }
         printf("]}\n");
     } else {
-        for (int i = 0; i < n_sets; i++)
-            printf("%-5s: %d prompts; median decode tok/s baseline %.2f, lookup %.2f; speedup median %.2fx, aggregate %.2fx; mean accepted length %.2f, "
-                   "draft acceptance %.2f%s\n",
-                   res[i].name, res[i].n_prompts, res[i].base_tps, res[i].spec_tps, res[i].speedup_median, res[i].speedup_aggregate, res[i].mean_accept_len,
-                   res[i].accept_rate, res[i].mismatches ? " (OUTPUT MISMATCH)" : "");
+        for (int i = 0; i < n_sets; i++) {
+            printf("%-5s: %d prompts; median decode tok/s baseline %.2f%s\n", res[i].name, res[i].n_prompts, res[i].base_tps,
+                   res[i].mismatches ? " (OUTPUT MISMATCH)" : "");
+            for (int k = 0; k < n_cfg; k++) {
+                const cfg_result *cr = &res[i].cfg[k];
+                char nm[16];
+                draft_name(md[k], nm, sizeof nm);
+                printf("   max_draft %-4s: %.2f tok/s, speedup median %.2fx, aggregate %.2fx, in CPU time %.2fx; mean accepted length %.2f, draft "
+                       "acceptance %.2f\n",
+                       nm, cr->tps, cr->speedup_median, cr->speedup_aggregate, cr->speedup_cpu, cr->mean_accept_len, cr->accept_rate);
+            }
+        }
     }
     dsp_engine_destroy(c);
     dsp_model_destroy(m);

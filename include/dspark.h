@@ -213,6 +213,9 @@ typedef struct dsp_engine_params {
     int batch_tokens;       /* tokens in one round, also the longest prefill chunk (0 = 512) */
     bool no_prefix_cache;   /* never reuse KV across requests */
     bool progress;          /* weight upload progress on stderr */
+    const char *draft_model; /* a block drafter (DFlash or DSpark): a Hugging Face directory or a repo id in
+                              * the hub cache; NULL: none. Checked against the model (hidden size,
+                              * vocabulary, tap layers, mask token, embedding/head copies) at creation. */
 } dsp_engine_params;
 
 dsp_engine_params dsp_engine_default_params(void);
@@ -230,14 +233,43 @@ typedef struct dsp_logit_bias {
 } dsp_logit_bias;
 
 #define DSP_MAX_DRAFT 32        /* longest draft verified in one round */
+#define DSP_DRAFT_AUTO 0        /* dsp_gen_params.max_draft: choose per round (see max_draft) */
 
 /* How tokens are proposed for verification (speculative decoding; always lossless). */
 typedef enum dsp_spec_mode {
     DSP_SPEC_BASELINE = 0,  /* no speculation: one token per forward */
     DSP_SPEC_LOOKUP,        /* prompt lookup: n-gram matches in prompt + output, no drafter model */
-    DSP_SPEC_AUTO,          /* the best available for the model (today: lookup) */
+    DSP_SPEC_AUTO,          /* the best available: dspark with a DSpark drafter, else dflash with a
+                             * drafter, else lookup (dsp_engine_resolve_mode) */
+    DSP_SPEC_DFLASH,        /* the engine's block drafter, backbone only (a DSpark drafter's Markov and
+                             * confidence heads are not used) */
+    DSP_SPEC_DSPARK,        /* the engine's DSpark drafter with its Markov and confidence heads */
+    DSP_SPEC_HYBRID,        /* per round: a prompt-lookup match of at least hybrid_min tokens is verified
+                             * instead of running the block drafter (which drafts otherwise) */
 } dsp_spec_mode;
-const char *dsp_spec_mode_to_string(dsp_spec_mode m); /* "baseline", "lookup", "auto" */
+/* "baseline", "lookup", "auto", "dflash", "dspark", "hybrid" */
+const char *dsp_spec_mode_to_string(dsp_spec_mode m);
+/* the mode for a name above; false if unknown */
+bool dsp_spec_mode_from_string(const char *s, dsp_spec_mode *out);
+
+/* One speculation round of one request, for --trace-rounds (dsp_gen_params.trace). Pointers are
+ * valid during the callback only. */
+typedef struct dsp_round_trace {
+    uint32_t pos;               /* absolute position of the anchor (the last committed token) */
+    const char *source;         /* who drafted: "lookup", "dflash", "dspark"; "" when nobody did */
+    int32_t n_draft;            /* the full proposal before truncation (a block drafter's whole block) */
+    const int32_t *draft;
+    int32_t kept;               /* drafts verified (after confidence truncation and the max-draft cap) */
+    int32_t accepted;           /* of which accepted */
+    int32_t next;               /* the token committed after them (correction or bonus); -1 if the
+                                 * generation ended before it (a stop inside the accepted drafts) */
+    int32_t ctx_rows;           /* block drafters: context rows new since the last block draft */
+    const float *conf;          /* DSpark: confidence logits of the n_draft slots; NULL otherwise */
+    const int32_t *top_ids;     /* block drafters: (n_draft, 3) top-3 ids of each slot's logits (DSpark:
+                                 * Markov-corrected); NULL otherwise */
+    const float *top_vals;      /* (n_draft, 3) their values */
+} dsp_round_trace;
+typedef void (*dsp_trace_cb)(const dsp_round_trace *t, void *user);
 
 typedef struct dsp_gen_params {
     int32_t max_tokens;         /* tokens to generate at most (> 0) */
@@ -256,8 +288,21 @@ typedef struct dsp_gen_params {
     bool ignore_eos;            /* keep going past end-of-generation tokens */
     int32_t logprobs;           /* -1: none; 0..20: chosen token + that many alternatives */
     dsp_spec_mode mode;         /* speculation (default baseline in the library; the CLI uses auto) */
-    int32_t max_draft;          /* drafted tokens verified per round at most, 1..DSP_MAX_DRAFT */
+    int32_t max_draft;          /* drafted tokens verified per round at most, 1..DSP_MAX_DRAFT; or
+                                 * DSP_DRAFT_AUTO: each round the number that maximises expected
+                                 * committed tokens per second from the engine's measured cost curve and
+                                 * this request's acceptance so far (README "--max-draft auto") */
     int32_t lookup_min_n, lookup_max_n; /* n-gram sizes for prompt lookup (defaults 2 and 4) */
+    float dspark_threshold;     /* DSpark: keep the drafts before the first slot k with sigmoid(c_k) < tau
+                                 * (DeepSpec's per-slot rule); 0 = off. [0, 1] */
+    float dspark_cumulative;    /* DSpark: also cut at the first slot whose product of sigmoid(c_j), j <= k,
+                                 * is below this (DRAFTERS.md §2.8 cumulative variant); 0 = off. [0, 1] */
+    int32_t hybrid_min;         /* hybrid: lookup matches of at least this many tokens are used (default 4) */
+    bool draft_sample;          /* T > 0 with a block drafter: drafts are sampled from the drafter's
+                                 * distribution q and verified by rejection sampling (default true); false:
+                                 * argmax drafts verified by sample-and-match (README says why) */
+    dsp_trace_cb trace;         /* called once per decoding round of this request (NULL: none) */
+    void *trace_user;
 } dsp_gen_params;
 
 dsp_gen_params dsp_gen_default_params(void);
@@ -308,6 +353,12 @@ typedef struct dsp_gen_result {
     /* rounds whose verification produced k tokens (accepted drafts + the bonus), k = 1..DSP_MAX_DRAFT+1;
      * the last round may emit fewer when a stop, max_tokens or a cancellation cuts it */
     size_t accept_hist[DSP_MAX_DRAFT + 2];
+    size_t kept_hist[DSP_MAX_DRAFT + 1]; /* rounds by drafts verified (the caps chosen), k = 0..DSP_MAX_DRAFT */
+    size_t n_block_rounds;  /* rounds in which the block drafter ran for this request */
+    double draft_ms;        /* time in the block drafter for this request (a batched draft's time is
+                             * shared equally by its requests) */
+    double verify_ms;       /* time in the target forwards of this request's decoding rounds (shared
+                             * equally by the requests of a round) */
 } dsp_gen_result;
 
 typedef uint64_t dsp_req_id;
@@ -353,10 +404,52 @@ typedef struct dsp_engine_stats {
     uint64_t requests, prompt_tokens, cached_tokens, generated_tokens;
     uint64_t rounds, spec_rounds, drafted, accepted, evicted_blocks;
     uint64_t accept_hist[DSP_MAX_DRAFT + 2]; /* verify rounds by tokens they decided */
+    uint64_t block_drafts;      /* requests drafted by the block drafter (summed over rounds) */
+    double draft_ms;            /* time in the block drafter (draft and context steps) */
 } dsp_engine_stats;
 void dsp_engine_get_stats(const dsp_engine *e, dsp_engine_stats *st);
 /* Drop every cached prefix (blocks of running requests are kept). */
 void dsp_engine_clear_cache(dsp_engine *e);
+
+/* The engine's block drafter (dsp_engine_params.draft_model). Strings live as long as the engine. */
+typedef struct dsp_drafter_info {
+    const char *path;           /* the directory loaded */
+    const char *kind;           /* "dspark" (Markov and/or confidence head) or "dflash" */
+    const char *layout;         /* "z-lab DFlash", "DeepSpec", "ModelOpt" */
+    int32_t block;              /* query slots per block (anchor + masks) */
+    int32_t n_draft;            /* drafts per block */
+    int32_t n_layers, n_taps;
+    int32_t tap_layers[16];     /* target layers whose outputs feed the drafter */
+    int32_t mask_token;
+    int32_t markov_rank;        /* 0: no Markov head */
+    bool confidence_head;
+    bool shares_embedding, shares_lm_head; /* uses the target's tensors (no copy, or an equal one) */
+    uint64_t n_params;          /* elements of the drafter's own tensors */
+} dsp_drafter_info;
+/* false (and *out zeroed) when the engine has no block drafter */
+bool dsp_engine_drafter_info(const dsp_engine *e, dsp_drafter_info *out);
+/* What a request's mode means on this engine: auto -> dspark / dflash / lookup. */
+dsp_spec_mode dsp_engine_resolve_mode(const dsp_engine *e, dsp_spec_mode m);
+
+/* The cost curve --max-draft auto decides with, measured on first use (or read from a profile
+ * cached under $XDG_CACHE_HOME/dspark or ~/.cache/dspark, keyed by model, drafter, backend,
+ * threads and dspark version). Times are relative to a 1-row forward of the target. */
+#define DSP_PROFILE_MAX 24
+typedef struct dsp_spec_profile {
+    int32_t n;                  /* points of the curve */
+    int32_t rows[DSP_PROFILE_MAX]; /* rows of one forward (1 = a plain decode step) */
+    float rel[DSP_PROFILE_MAX]; /* c(rows - 1): its time / a 1-row forward's, at the measured context */
+    double one_row_ms;          /* a 1-row forward at ctx_tokens of context */
+    uint32_t ctx_tokens;        /* the context length the curve was measured at */
+    float ctx_rel_per_key;      /* extra relative time per row per key of context beyond ctx_tokens */
+    float draft_rel;            /* the block drafter's cost for one request's block (0: no drafter) */
+    float draft_ctx_rel;        /* its context step for one row (inside every forward, so inside rel too) */
+    float draft_rel_per_req;    /* its added cost per further request in the same draft call */
+    bool cached;                /* read from the cache file */
+    char cache_path[512];
+} dsp_spec_profile;
+/* Measure (or read) the profile now; *out receives it. */
+dsp_status dsp_engine_profile(dsp_engine *e, dsp_spec_profile *out);
 
 /* Blocking helper: submit, then step until this request is done, reporting its tokens through cb
  * (return false to cancel). Other requests already submitted make progress meanwhile. */

@@ -3,6 +3,7 @@
  * of the samplers (fixed seeds, so deterministic) including the verifier's rejection-sampling
  * helpers, logprobs, and the Hugging Face oracle fixtures (tests/fixtures/sampling/ (JSON) written
  * by tools/gen_sampling_fixtures.py). */
+#include "dsp_stats.h"
 #include "dsp_test.h"
 
 #include "sample/rng.h"
@@ -58,38 +59,9 @@ static int32_t count_kept(const dsp_sample_dist *d) {
     return n;
 }
 
-/* Regularized upper incomplete gamma Q(a, x): series below a + 1, Lentz continued fraction above. */
-static double gamma_q(double a, double x) {
-    if (x <= 0.0) return 1.0;
-    double lg = lgamma(a);
-    if (x < a + 1.0) {
-        double sum = 1.0 / a, term = sum, ap = a;
-        for (int i = 0; i < 10000; i++) {
-            ap += 1.0;
-            term *= x / ap;
-            sum += term;
-            if (fabs(term) < fabs(sum) * 1e-15) break;
-        }
-        return 1.0 - sum * exp(-x + a * log(x) - lg);
-    }
-    double b = x + 1.0 - a, c = 1.0 / 1e-300, d = 1.0 / b, h = d;
-    for (int i = 1; i < 10000; i++) {
-        double an = -i * (i - a);
-        b += 2.0;
-        d = an * d + b;
-        if (fabs(d) < 1e-300) d = 1e-300;
-        c = b + an / c;
-        if (fabs(c) < 1e-300) c = 1e-300;
-        d = 1.0 / d;
-        double del = d * c;
-        h *= del;
-        if (fabs(del - 1.0) < 1e-15) break;
-    }
-    return exp(-x + a * log(x) - lg) * h;
-}
 
 /* chi-square p-value of observed counts against probabilities over n bins */
-static double chi2_pvalue(const long *obs, const double *prob, int n, long total) {
+static double chi2_pvalue_all(const long *obs, const double *prob, int n, long total) {
     double stat = 0.0;
     for (int i = 0; i < n; i++) {
         double e = prob[i] * (double)total;
@@ -632,7 +604,7 @@ static void test_chi_square_sampling(void) {
     double s = 0.0;
     for (int j = 0; j < 25; j++) s += wrong[j];
     for (int j = 0; j < 25; j++) wrong[j] /= s;
-    double pv = chi2_pvalue(obs, prob, 25, N), pw = chi2_pvalue(obs, wrong, 25, N);
+    double pv = chi2_pvalue_all(obs, prob, 25, N), pw = chi2_pvalue_all(obs, wrong, 25, N);
     CHECK_MSG(pv > 1e-3, "p-value %g", pv);
     CHECK_MSG(pw < 1e-6, "the test cannot tell a 5%% error: p-value %g", pw); /* it can fail */
     /* gamma_q sanity: chi-square with 2 dof has Q = exp(-x/2) */
@@ -698,7 +670,7 @@ static void test_rejection_sampling_is_lossless(void) {
     for (int i = 0; i < V; i++)
         if (c.d.p[i] == 0.0f) outside += obs[i] + obs1[i];
     CHECK_EQ_INT(outside, 0);
-    double pv = chi2_pvalue(kobs, prob, c.d.n_kept, N), pv1 = chi2_pvalue(kobs1, prob, c.d.n_kept, N);
+    double pv = chi2_pvalue_all(kobs, prob, c.d.n_kept, N), pv1 = chi2_pvalue_all(kobs1, prob, c.d.n_kept, N);
     CHECK_MSG(pv > 1e-3, "general q: p-value %g", pv);
     CHECK_MSG(pv1 > 1e-3, "one-hot q: p-value %g", pv1);
     /* the acceptance rate is sum_x min(p, q) */

@@ -1,7 +1,7 @@
 /* Speculative decoding end to end on the default model (DESIGN.md §2 "Losslessness").
  *
  *  - greedy lossless: for 44 prompts (22 copy-heavy, 22 general chat) x max_draft in
- *    {1, 2, 3, 4, 8, 16} x {no penalties, presence + frequency + repetition penalties}, lookup
+ *    {1, 2, 3, 4, 8, 16, auto} x {no penalties, presence + frequency + repetition penalties}, lookup
  *    emits exactly what baseline emits: the same token ids, the same text in the same event
  *    boundaries, bit-identical logprobs (chosen + top alternatives), the same finish reason;
  *  - stops inside an accepted block: stop strings (also ones split across tokens), EOS and
@@ -20,15 +20,19 @@
  * Cost: the default model decodes at ~10-20 tok/s on the 2-core CI machine with the reference
  * kernels, and the complete greedy matrix (44 x 6 x 2 lookup runs + 88 baseline runs) takes
  * ~30 minutes there. So the level is chosen by DSP_SPEC_TEST_LEVEL:
- *   quick (default, both CI builds): every prompt, both penalty settings, and max_draft rotating
- *         through {1, 2, 3, 4, 8, 16} (each value is used on ~15 prompt/penalty pairs), 16 tokens;
+ *   quick (default, both CI builds): every prompt, with the penalty setting alternating and max_draft
+ *         rotating through {1, 2, 3, 4, 8, 16, auto} (each value on 6-7 prompts, each (penalties,
+ *         max_draft) pair on 3-4), 16 tokens;
  *         the stop cases at max_draft 2 and 16; each sampling configuration on 1-2 prompts;
+ *         sanitized builds (DSP_SANITIZED, ~10x slower) take every 3rd prompt of the greedy matrix
+ *         and one max_draft per stop case (2 and 16 alternating);
  *   full: the complete cross products, 24 tokens (run before merging a change to spec/ or engine/).
  * DSP_SPEC_TEST_TOKENS overrides the generation length. DSP_TEST_BACKEND=cuda runs the engine on the
  * GPU (CTest: test_spec_e2e_cuda, label gpu, skipped without one); DSP_TEST_MODEL=FILE another
  * model (a random-weight model of the default model's shape on a lent GPU machine). */
 /* ctest-label: e2e */
 #include "dsp_test.h"
+#include "dsp_test_events.h"
 
 #include "backend/backend.h"
 #include "dspark.h"
@@ -46,6 +50,8 @@ static dsp_engine *g_e;  /* no prefix cache: every run prefills */
 static dsp_engine *g_pc; /* with the prefix cache: what a run leaves behind */
 static int g_tokens = 16;
 static bool g_full = false;
+static int g_prompt_stride = 1; /* quick level: 3 in sanitized builds (DSP_SANITIZED) */
+static bool g_sanitized = false;
 static bool g_cuda = false; /* DSP_TEST_BACKEND=cuda: the engine (and the reference forward) on the GPU */
 
 #define CHAT(u) "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n" u "<|im_end|>\n<|im_start|>assistant\n"
@@ -100,47 +106,10 @@ static const char *g_prompts[] = {
 };
 #define N_PROMPTS ((int)(sizeof g_prompts / sizeof g_prompts[0]))
 
-typedef struct events {
-    int32_t ids[1024];
-    size_t text_off[1025]; /* event boundaries in text */
-    float lp[1024][3];     /* chosen, top-1, top-2 logprob */
-    int32_t top[1024][2];
-    int n;
-    char text[16384];
-    size_t n_text;
-} events;
-
-static bool collect(const dsp_token_event *ev, void *user) {
-    events *e = user;
-    if (e->n >= 1024 || e->n_text + ev->text_len >= sizeof e->text) return false;
-    e->ids[e->n] = ev->token;
-    e->lp[e->n][0] = ev->chosen.logprob;
-    for (int i = 0; i < 2; i++) {
-        e->lp[e->n][1 + i] = i < ev->n_top ? ev->top[i].logprob : 0.0f;
-        e->top[e->n][i] = i < ev->n_top ? ev->top[i].token : -1;
-    }
-    memcpy(e->text + e->n_text, ev->text, ev->text_len);
-    e->n_text += ev->text_len;
-    e->n++;
-    e->text_off[e->n] = e->n_text;
-    return true;
-}
-
 static int tokenize(const char *s, int32_t *ids, size_t cap) {
     size_t n = 0;
     CHECK(dsp_tokenize(dsp_model_tokenizer(g_m), s, strlen(s), DSP_TOKENIZE_PARSE_SPECIAL, ids, cap, &n) == DSP_OK);
     return (int)n;
-}
-
-typedef struct run_out {
-    events ev;
-    dsp_gen_result r;
-} run_out;
-
-static void run_on(dsp_engine *e, const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) {
-    memset(&o->ev, 0, sizeof o->ev);
-    dsp_status st = dsp_generate(e, p, (size_t)n, gp, collect, &o->ev, &o->r);
-    CHECK_MSG(st == DSP_OK, "%s", dsp_last_error());
 }
 
 static void run(const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) { run_on(g_e, p, n, gp, o); }
@@ -182,28 +151,21 @@ static size_t cached_after(const int32_t *p, int n, const dsp_gen_params *gp) {
     return probe.r.n_cached;
 }
 
-/* identical output, event by event; returns true if so */
-static bool same(const run_out *a, const run_out *b, const char *what) {
-    bool ok = a->ev.n == b->ev.n && !memcmp(a->ev.ids, b->ev.ids, sizeof(int32_t) * (size_t)a->ev.n) && a->ev.n_text == b->ev.n_text &&
-              !memcmp(a->ev.text, b->ev.text, a->ev.n_text) &&
-              !memcmp(a->ev.text_off, b->ev.text_off, sizeof(size_t) * (size_t)(a->ev.n + 1)) &&
-              !memcmp(a->ev.lp, b->ev.lp, sizeof(float) * 3 * (size_t)a->ev.n) &&
-              !memcmp(a->ev.top, b->ev.top, sizeof(int32_t) * 2 * (size_t)a->ev.n) && a->r.finish == b->r.finish &&
-              a->r.n_generated == b->r.n_generated;
-    CHECK_MSG(ok, "%s: %d tokens vs %d, text \"%.*s\" vs \"%.*s\"", what, a->ev.n, b->ev.n, (int)a->ev.n_text, a->ev.text, (int)b->ev.n_text,
-              b->ev.text);
-    return ok;
-}
-
-static const int g_drafts[] = {1, 2, 3, 4, 8, 16};
+static const int g_drafts[] = {1, 2, 3, 4, 8, 16, DSP_DRAFT_AUTO};
+#define N_DRAFTS ((int)(sizeof g_drafts / sizeof g_drafts[0]))
 
 static void test_greedy_lossless(void) {
     size_t drafted = 0, accepted = 0, rounds = 0, gen = 0;
     int runs = 0;
-    for (int pi = 0; pi < N_PROMPTS; pi++) {
+    /* quick: one penalty setting per prompt (alternating) and one max_draft (rotating); 2 and 7 are
+     * coprime, so every 14 consecutive prompts cover every (penalties, max_draft) pair once.
+     * Sanitized builds (~10x slower) take every 3rd prompt: 8 copy-heavy and 7 chat ones. */
+    const int stride = g_full ? 1 : g_prompt_stride;
+    for (int pi = 0, k = 0; pi < N_PROMPTS; pi += stride, k++) {
         int32_t ids[512];
         int n = tokenize(g_prompts[pi], ids, 512);
         for (int pen = 0; pen < 2; pen++) {
+            if (!g_full && pen != k % 2) continue;
             dsp_gen_params gp = dsp_gen_default_params();
             gp.max_tokens = g_tokens;
             gp.logprobs = 2;
@@ -211,7 +173,7 @@ static void test_greedy_lossless(void) {
             static run_out base, spec;
             run(ids, n, &gp, &base);
             for (size_t di = 0; di < sizeof g_drafts / sizeof g_drafts[0]; di++) {
-                if (!g_full && di != (size_t)(pi * 2 + pen) % 6) continue;
+                if (!g_full && di != (size_t)(k % N_DRAFTS)) continue;
                 gp.mode = DSP_SPEC_LOOKUP;
                 gp.max_draft = g_drafts[di];
                 run(ids, n, &gp, &spec);
@@ -224,7 +186,8 @@ static void test_greedy_lossless(void) {
             gp.mode = DSP_SPEC_BASELINE;
         }
     }
-    fprintf(stderr, "  level %s, %d tokens: %d lookup runs over %d prompts: %zu tokens in %zu rounds, %zu/%zu drafts accepted\n", g_full ? "full" : "quick", g_tokens, runs, N_PROMPTS, gen, rounds, accepted,
+    fprintf(stderr, "  level %s, %d tokens: %d lookup runs over %d prompts: %zu tokens in %zu rounds, %zu/%zu drafts accepted\n", g_full ? "full" : "quick", g_tokens, runs,
+            (N_PROMPTS + stride - 1) / stride, gen, rounds, accepted,
             drafted);
     CHECK(accepted > 0 && accepted < drafted); /* both full and partial acceptance happened */
 }
@@ -257,8 +220,9 @@ static void test_stops_inside_blocks(void) {
         }
         run(ids, n, &g2, &a);
         size_t cached_base = cached_after(ids, n, &g2);
-        for (int di = 0; di < 6; di++) {
+        for (int di = 0; di < N_DRAFTS; di++) {
             if (!g_full && di != 1 && di != 5) continue; /* quick: max_draft 2 and 16 */
+            if (!g_full && g_sanitized && di != (cse % 2 ? 5 : 1)) continue; /* sanitized: one of them */
             g2.mode = DSP_SPEC_LOOKUP;
             g2.max_draft = g_drafts[di];
             run(ids, n, &g2, &b);
@@ -483,7 +447,7 @@ static void test_bad_params(void) {
     int32_t ids[8] = {1, 2, 3, 4};
     dsp_gen_params gp = dsp_gen_default_params();
     gp.mode = DSP_SPEC_LOOKUP;
-    gp.max_draft = 0;
+    gp.max_draft = -1; /* 0 is DSP_DRAFT_AUTO */
     CHECK_EQ_INT(dsp_generate(g_e, ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
     CHECK(strstr(dsp_last_error(), "max_draft") != NULL);
     gp.max_draft = DSP_MAX_DRAFT + 1;
@@ -497,6 +461,7 @@ static void test_bad_params(void) {
 int main(void) {
     const char *lv = getenv("DSP_SPEC_TEST_LEVEL");
     if (lv && !strcmp(lv, "full")) g_full = true, g_tokens = 24;
+    if (getenv("DSP_SANITIZED")) g_prompt_stride = 3, g_sanitized = true;
     const char *nt = getenv("DSP_SPEC_TEST_TOKENS");
     if (nt && atoi(nt) > 0) g_tokens = atoi(nt);
     g_cuda = dsp_test_wants_cuda();

@@ -34,6 +34,9 @@ struct dsp_engine_params;
  * sets *handled when argv[*i] was one of them; returns 2 on a malformed value (message printed). */
 int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, struct dsp_gen_params *gp, int *n_stop, struct dsp_engine_params *cp,
                           bool *handled);
+/* Speculation options alone (serve too): --mode, --max-draft, --dspark-threshold, --dspark-cumulative,
+ * --hybrid-min, --draft-argmax, --lookup-min, --lookup-max. */
+int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, struct dsp_gen_params *gp, bool *handled);
 /* Engine options alone (serve, benchmark too): -c/--ctx, -t/--threads, --batch-tokens (--batch),
  * --max-batch, --kv-memory, --no-prefix-cache, --device/--backend auto|cpu|cuda, --gpu N,
  * --precision q8|f32. */
@@ -47,7 +50,25 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_pa
     "      --batch-tokens N    tokens per forward, also the prefill chunk (default 512)\n"                      \
     "      --kv-memory SIZE    KV cache size, e.g. 512M (default: max-batch full contexts, at most 1/4 RAM)\n"   \
     "      --no-prefix-cache   do not reuse the KV of earlier requests\n"                                      \
-    "      --precision P       CPU matmuls: q8 (default: 8-bit activations, integer dot products) or f32\n"
+    "      --precision P       CPU matmuls: q8 (default: 8-bit activations, integer dot products) or f32\n"      \
+    "      --draft-model D     a DFlash or DSpark drafter for the model: a Hugging Face directory or repo id\n"
+/* the help lines of the speculation options (dsp_cli_parse_gen_opt) */
+#define DSP_CLI_SPEC_HELP                                                                                       \
+    "      --mode M            speculation: auto (default: dspark with a DSpark --draft-model, dflash with\n"    \
+    "                          a DFlash one, else lookup), dspark, dflash, hybrid (lookup when its match\n"     \
+    "                          has --hybrid-min tokens, else the drafter), lookup, baseline. Always\n"          \
+    "                          lossless: the output is what baseline gives\n"                                  \
+    "      --max-draft N|auto  drafted tokens verified per round at most, 1..32 (default %d); auto: per\n"      \
+    "                          round, the number with the most expected tokens per second (README)\n"        \
+    "      --dspark-threshold T  DSpark: keep drafts before the first slot with confidence < T (0 = off)\n"   \
+    "      --dspark-cumulative T DSpark: also cut where the product of confidences falls below T (0 = off)\n" \
+    "      --hybrid-min N      hybrid: lookup matches of at least N tokens replace the drafter (default 4)\n"  \
+    "      --draft-argmax      T > 0: argmax drafts + sample-and-match (default: drafts sampled from the\n"   \
+    "                          drafter's distribution, verified by rejection sampling; README says why)\n"   \
+    "      --lookup-min N, --lookup-max N   n-gram sizes for lookup (default 2, 4)\n"
+struct dsp_engine;
+/* The startup line on stderr: the mode a request gets and the drafter, if any. */
+void dsp_cli_log_spec(const struct dsp_engine *e, const struct dsp_gen_params *gp);
 /* The CLI's speculation defaults (the library's are baseline): --mode auto, --max-draft below. */
 #define DSP_CLI_DEFAULT_MAX_DRAFT 8
 /* Also marks the sampling fields "not given" (negative) for dsp_cli_sampling_defaults. */
@@ -60,6 +81,9 @@ void dsp_cli_sampling_defaults(const struct dsp_model *m, struct dsp_gen_params 
 extern const char *dsp_cli_quantize;
 struct dsp_gen_result;
 void dsp_cli_print_spec_json(FILE *f, const struct dsp_gen_params *gp, const struct dsp_gen_result *r);
+struct dsp_round_trace;
+/* --trace-rounds: writes one JSON line per round to user (a FILE *) */
+void dsp_cli_trace_round(const struct dsp_round_trace *t, void *user);
 struct dsp_model;
 struct json_t;
 /* Render messages (a JSON array) with add_generation_prompt; template_file overrides the model's.

@@ -3,7 +3,9 @@
  * After a warm-up, each figure is the median over --repeat runs:
  *   prefill   one forward of a 512-token prompt (tok/s);
  *   decode    dsp_generate of 128 tokens after a short prompt, through the public API, with the
- *             --mode/--max-draft given (tok/s, and the speculation statistics);
+ *             --mode/--max-draft given (tok/s, and the speculation statistics; a speculative mode
+ *             alternates with baseline runs: speedup in the same run, accepted-length histogram,
+ *             drafts verified per round, drafter and verify time per round, the cost profile);
  *   forward decode  128 greedy steps of one-token forwards after a 128-token prefix, the argmax
  *             taken on the backend (what the engine's rounds cost without the engine);
  *   verify    one forward of 1+k tokens of one sequence after a 128-token prefix, k = 0..32, with
@@ -52,8 +54,15 @@ static void usage(FILE *f) {
             "  -m, --model PATH     GGUF model file\n"
             "  -t, --threads N      threads (default: physical cores)\n"
             "  -r, --repeat R       measured runs per figure (default 5)\n"
-            "      --mode M         speculation for the decode figure: baseline|lookup|auto (default baseline)\n"
-            "      --max-draft N    drafted tokens per round at most (default: the library's)\n"
+            "      --mode M         speculation for the decode figure: baseline (default), auto, dspark, dflash,\n"
+            "                       hybrid, lookup. Any mode but baseline is measured against baseline in the\n"
+            "                       same run (interleaved repeats): speedup, accepted-length histogram, drafts\n"
+            "                       verified per round, drafter and verify time per round\n"
+            "      --draft-model D  a DFlash/DSpark drafter for the model (directory or repo id)\n"
+            "      --max-draft N|auto, --dspark-threshold T, --dspark-cumulative T, --hybrid-min N,\n"
+            "      --draft-argmax, --lookup-min N, --lookup-max N   as for dspark generate (see its -h);\n"
+            "                       with --max-draft auto the cost profile is measured first and printed\n"
+            "      --trace-rounds F one JSON line per speculation round of the measured decode runs\n"
             "      --bw-mb N        buffer of the bandwidth test in MiB (default 1024, 4096 on a GPU; 0 = skip)\n"
             "      --backend B      where the forward runs: auto|cpu|cuda (default auto: the CPU for now)\n"
             "      --gpu N          CUDA device (default 0)\n"
@@ -284,15 +293,36 @@ static int decode_once(dsp_engine *c, const int32_t *prompt, size_t n_prompt, co
 static const char g_decode_prompt[] =
     "The history of the city of Rome begins with small settlements on the hills near the river Tiber. Over the centuries";
 
+/* What a speculative decode run reports beyond tok/s: baseline in the same run, the statistics
+ * summed over the measured runs, the drafter, the cost profile. */
+typedef struct spec_report {
+    bool spec;                 /* a mode other than baseline */
+    double base[64], ratio[64];
+    dsp_gen_result sum;
+    dsp_spec_mode resolved;
+    bool have_drafter, have_prof;
+    dsp_drafter_info di;
+    char dpath[512], dlayout[32], dkind[16];
+    dsp_spec_profile prof;
+} spec_report;
+
+static void add_stats(dsp_gen_result *sum, const dsp_gen_result *r) {
+    sum->n_rounds += r->n_rounds, sum->n_drafted += r->n_drafted, sum->n_accepted += r->n_accepted, sum->n_generated += r->n_generated;
+    sum->n_block_rounds += r->n_block_rounds, sum->draft_ms += r->draft_ms, sum->verify_ms += r->verify_ms;
+    for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) sum->accept_hist[k] += r->accept_hist[k];
+    for (int k = 0; k <= DSP_MAX_DRAFT; k++) sum->kept_hist[k] += r->kept_hist[k];
+}
+
 /* dsp_generate of DECODE_TOKENS after g_decode_prompt through the engine on bp's device, a warm-up
- * and `repeat` runs */
-static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const dsp_gen_params *gp, int repeat, double *dec, double *dec_cpu,
-                         dec_result *dr) {
+ * and `repeat` runs; a speculative mode alternates with baseline runs (drifts in load hit both) */
+static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const char *draft_model, FILE *trace, const dsp_gen_params *gp, int repeat,
+                         double *dec, double *dec_cpu, dec_result *dr, spec_report *sr) {
     dsp_engine_params cp = dsp_engine_default_params();
     cp.device = bp->kind == DSP_BACKEND_CUDA ? DSP_DEVICE_CUDA : DSP_DEVICE_CPU;
     cp.gpu = bp->gpu;
     cp.n_threads = bp->n_threads;
     cp.max_batch = 1;
+    cp.draft_model = draft_model;
     cp.precision = bp->f32_activations ? DSP_PRECISION_F32 : DSP_PRECISION_Q8;
     if (cp.device == DSP_DEVICE_CUDA) cp.kv_type = bp->kv_type == DSP_BF16 ? DSP_KV_BF16 : bp->kv_type == DSP_F16 ? DSP_KV_F16 : DSP_KV_DEFAULT;
     dsp_engine *c = NULL;
@@ -310,12 +340,28 @@ static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const dsp_g
         dsp_cli_fail("benchmark", "tokenizing the decode prompt: %s", dsp_last_error());
         goto out;
     }
+    sr->spec = gp->mode != DSP_SPEC_BASELINE;
+    sr->resolved = dsp_engine_resolve_mode(c, gp->mode);
+    sr->have_prof = gp->max_draft == DSP_DRAFT_AUTO && !dsp_engine_profile(c, &sr->prof); /* before the timed runs */
+    if ((sr->have_drafter = dsp_engine_drafter_info(c, &sr->di))) { /* its strings live in the engine */
+        snprintf(sr->dpath, sizeof sr->dpath, "%s", sr->di.path), snprintf(sr->dlayout, sizeof sr->dlayout, "%s", sr->di.layout);
+        snprintf(sr->dkind, sizeof sr->dkind, "%s", sr->di.kind);
+        sr->di.path = sr->dpath, sr->di.layout = sr->dlayout, sr->di.kind = sr->dkind;
+    }
+    dsp_gen_params g = *gp, gb = *gp;
+    gb.mode = DSP_SPEC_BASELINE;
+    dec_result br;
     for (int r = -1; r < repeat; r++) { /* r = -1: warm-up */
-        if (decode_once(c, ids, n_ids, gp, dr)) {
+        if (r == 0 && trace) g.trace = dsp_cli_trace_round, g.trace_user = trace;
+        if ((sr->spec && decode_once(c, ids, n_ids, &gb, &br)) || decode_once(c, ids, n_ids, &g, dr)) {
             dsp_cli_fail("benchmark", "decode: %s", dsp_last_error());
             goto out;
         }
-        if (r >= 0) dec[r] = dr->tok_s, dec_cpu[r] = dr->tok_cpu_s;
+        if (r < 0) continue;
+        dec[r] = dr->tok_s, dec_cpu[r] = dr->tok_cpu_s;
+        sr->base[r] = sr->spec ? br.tok_s : dr->tok_s;
+        sr->ratio[r] = sr->base[r] > 0 ? dec[r] / sr->base[r] : 0;
+        add_stats(&sr->sum, &dr->res);
     }
     rc = 0;
 out:
@@ -324,24 +370,84 @@ out:
     return rc;
 }
 
+static void spec_json(const spec_report *sr, const dsp_gen_params *gp, int repeat) {
+    if (sr->spec) {
+        printf(", \"baseline_tok_s\": %.2f, \"speedup\": %.3f, ", median(sr->base, repeat), median(sr->ratio, repeat));
+        dsp_cli_print_spec_json(stdout, gp, &sr->sum);
+        if (sr->have_drafter) {
+            printf(", \"drafter\": {\"path\": \"");
+            for (const char *p = sr->di.path; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+            printf("\", \"kind\": \"%s\", \"layout\": \"%s\", \"block\": %d}", sr->di.kind, sr->di.layout, sr->di.block);
+        }
+    }
+    if (sr->have_prof) {
+        const dsp_spec_profile *p = &sr->prof;
+        printf(", \"profile\": {\"rows\": [");
+        for (int i = 0; i < p->n; i++) printf("%s%d", i ? ", " : "", p->rows[i]);
+        printf("], \"rel\": [");
+        for (int i = 0; i < p->n; i++) printf("%s%.3f", i ? ", " : "", (double)p->rel[i]);
+        printf("], \"one_row_ms\": %.3f, \"ctx_tokens\": %u, \"ctx_rel_per_key\": %.3g, \"draft_rel\": %.4f, \"draft_rel_per_req\": %.4f, "
+               "\"draft_ctx_rel\": %.4f, \"cached\": %s}",
+               p->one_row_ms, p->ctx_tokens, (double)p->ctx_rel_per_key, (double)p->draft_rel, (double)p->draft_rel_per_req, (double)p->draft_ctx_rel,
+               p->cached ? "true" : "false");
+    }
+}
+
+static void spec_text(const spec_report *sr, int repeat) {
+    const dsp_gen_result *s = &sr->sum;
+    if (sr->spec) {
+        size_t emitted = 0;
+        for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) emitted += (size_t)k * s->accept_hist[k];
+        printf("spec      baseline %.1f tok/s in the same run: speedup %.2fx (median of per-repeat ratios)\n", median(sr->base, repeat),
+               median(sr->ratio, repeat));
+        if (sr->have_drafter) printf("          drafter %s (%s %s, block %d)\n", sr->di.path, sr->di.layout, sr->di.kind, sr->di.block);
+        printf("          %.2f tokens per round, %zu/%zu drafts accepted; drafter %.2f ms per drafted round, verify %.2f ms per round\n",
+               s->n_rounds ? (double)emitted / (double)s->n_rounds : 0, s->n_accepted, s->n_drafted,
+               s->n_block_rounds ? s->draft_ms / (double)s->n_block_rounds : 0, s->n_rounds ? s->verify_ms / (double)s->n_rounds : 0);
+        printf("          rounds by tokens committed:");
+        for (int k = 1; k < DSP_MAX_DRAFT + 2; k++)
+            if (s->accept_hist[k]) printf(" %d:%zu", k, s->accept_hist[k]);
+        printf("\n          rounds by drafts verified:");
+        for (int k = 0; k <= DSP_MAX_DRAFT; k++)
+            if (s->kept_hist[k]) printf(" %d:%zu", k, s->kept_hist[k]);
+        printf("\n");
+    }
+    if (sr->have_prof) {
+        const dsp_spec_profile *p = &sr->prof;
+        printf("profile   c(k) (1+k-row forward / 1-row, %.2f ms at %u tokens of context):", p->one_row_ms, p->ctx_tokens);
+        for (int i = 0; i < p->n; i++) printf(" %d:%.2f", p->rows[i] - 1, (double)p->rel[i]);
+        printf("\n          drafter %.3f per block (+%.3f per further request), its context step %.3f per row%s\n", (double)p->draft_rel,
+               (double)p->draft_rel_per_req, (double)p->draft_ctx_rel, p->cached ? ", from the cache" : "");
+        if (p->draft_rel > 0) {
+            /* a drafter round: one block + the context step of the row it commits (one token: the least) */
+            double tgt = p->one_row_ms * (1.0 - p->draft_ctx_rel), drf = p->one_row_ms * (p->draft_rel + p->draft_ctx_rel);
+            printf("          drafter per round %.2f ms = %.1f%% of a target decode step (%.2f ms)\n", drf, 100 * drf / tgt, tgt);
+        }
+    }
+}
+
 int dsp_cmd_benchmark(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *draft = NULL, *trace_path = NULL;
     bool json = false, no_verify = false, no_prefill = false;
-    int threads = 0, repeat = 5, max_draft = 0, bw_mb = -1, decode_tokens = DECODE_TOKENS;
+    int threads = 0, repeat = 5, bw_mb = -1, decode_tokens = DECODE_TOKENS;
     dsp_backend_params bp = {.kind = DSP_BACKEND_AUTO};
     dsp_precision precision = DSP_PRECISION_Q8;
-    dsp_spec_mode mode = DSP_SPEC_BASELINE;
+    dsp_gen_params gp = dsp_gen_default_params();
     if (dsp_cli_wants_help(argc, argv)) {
         usage(stdout);
         return 0;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        bool has_val = i + 1 < argc;
+        bool has_val = i + 1 < argc, handled;
+        int prc = dsp_cli_parse_spec_opt(argc, argv, &i, &gp, &handled);
+        if (prc) return prc;
+        if (handled) continue;
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) model = argv[++i];
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has_val) threads = atoi(argv[++i]);
         else if ((!strcmp(a, "-r") || !strcmp(a, "--repeat")) && has_val) repeat = atoi(argv[++i]);
-        else if (!strcmp(a, "--max-draft") && has_val) max_draft = atoi(argv[++i]);
+        else if (!strcmp(a, "--draft-model") && has_val) draft = argv[++i];
+        else if (!strcmp(a, "--trace-rounds") && has_val) trace_path = argv[++i];
         else if (!strcmp(a, "--bw-mb") && has_val) bw_mb = atoi(argv[++i]);
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--gpu") && has_val) bp.gpu = atoi(argv[++i]);
@@ -375,16 +481,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
                 return 2;
             }
         }
-        else if (!strcmp(a, "--mode") && has_val) {
-            const char *v = argv[++i];
-            if (!strcmp(v, "baseline")) mode = DSP_SPEC_BASELINE;
-            else if (!strcmp(v, "lookup")) mode = DSP_SPEC_LOOKUP;
-            else if (!strcmp(v, "auto")) mode = DSP_SPEC_AUTO;
-            else {
-                fprintf(stderr, "dspark benchmark: --mode: '%s' is not baseline, lookup or auto\n", v);
-                return 2;
-            }
-        } else {
+        else {
             fprintf(stderr, "dspark benchmark: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
             return 2;
@@ -394,10 +491,9 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (threads < 0 || threads > 1024 || repeat < 1 || repeat > 64 || max_draft < 0 || max_draft > DSP_MAX_DRAFT || bw_mb < -1 || bw_mb > 65536 || decode_tokens < 1 || decode_tokens > 4096 ||
+    if (threads < 0 || threads > 1024 || repeat < 1 || repeat > 64 || bw_mb < -1 || bw_mb > 65536 || decode_tokens < 1 || decode_tokens > 4096 ||
         bp.gpu < 0) {
-        fprintf(stderr, "dspark benchmark: --threads 0..1024, --repeat 1..64, --max-draft 1..%d, --bw-mb 0..65536, --gpu >= 0\n",
-                DSP_MAX_DRAFT);
+        fprintf(stderr, "dspark benchmark: --threads 0..1024, --repeat 1..64, --bw-mb 0..65536, --decode-tokens 1..4096, --gpu >= 0\n");
         return 2;
     }
     if (threads == 0) threads = dsp_physical_cores();
@@ -407,7 +503,14 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     dsp_model *m = NULL;
     bench *b = NULL;
     dsp_backend *be = NULL;
+    FILE *trace = NULL;
+    spec_report *sr = calloc(1, sizeof *sr);
     int rc = 1;
+    if (!sr) goto out;
+    if (trace_path && !(trace = fopen(trace_path, "w"))) {
+        dsp_cli_fail("benchmark", "--trace-rounds %s: cannot open", trace_path);
+        goto out;
+    }
     if (dsp_model_load(model, &mp, &m)) {
         dsp_cli_fail("benchmark", "%s", dsp_last_error());
         goto out;
@@ -434,12 +537,9 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     double dec[64] = {0}, dec_cpu[64] = {0};
     dec_result dr;
     memset(&dr, 0, sizeof dr);
-    dsp_gen_params gp = dsp_gen_default_params();
     gp.max_tokens = decode_tokens;
     gp.ignore_eos = true;
-    gp.mode = mode;
-    if (max_draft > 0) gp.max_draft = max_draft;
-    if (engine_decode(m, &bp, &gp, repeat, dec, dec_cpu, &dr)) goto out;
+    if (engine_decode(m, &bp, draft, trace, &gp, repeat, dec, dec_cpu, &dr, sr)) goto out;
 
     /* prefill and the verify curve, on the forward pass itself */
     b = calloc(1, sizeof *b);
@@ -520,10 +620,15 @@ int dsp_cmd_benchmark(int argc, char **argv) {
                cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT, dsp_precision_to_string(precision), be->desc, bw, gpu ? "device" : "host", load0, cpu_share, repeat);
         printf(", \"prefill\": {\"n_tokens\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [", PREFILL_TOKENS, pre_med, pre_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", pre[r]);
-        printf("]}, \"decode\": {\"n_tokens\": %d, \"via\": \"%s\", \"mode\": \"%s\", \"max_draft\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, "
-               "\"runs\": [", decode_tokens, "engine", dsp_spec_mode_to_string(mode), gp.max_draft, dec_med, dec_cpu_med);
+        char md[16];
+        if (gp.max_draft == DSP_DRAFT_AUTO) snprintf(md, sizeof md, "\"auto\"");
+        else snprintf(md, sizeof md, "%d", gp.max_draft);
+        printf("]}, \"decode\": {\"n_tokens\": %d, \"via\": \"%s\", \"mode\": \"%s\", \"max_draft\": %s, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, "
+               "\"runs\": [", decode_tokens, "engine", dsp_spec_mode_to_string(sr->resolved), md, dec_med, dec_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", dec[r]);
-        printf("], \"rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu}", dr.res.n_rounds, dr.res.n_drafted, dr.res.n_accepted);
+        printf("], \"rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu", dr.res.n_rounds, dr.res.n_drafted, dr.res.n_accepted);
+        spec_json(sr, &gp, repeat);
+        printf("}");
         printf(", \"forward_decode\": {\"prefix\": %d, \"n_tokens\": %d, \"tok_s\": %.2f, \"runs\": [", VERIFY_PREFIX, DECODE_TOKENS, fdec_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", fdec[r]);
         printf("]}, \"batched\": {\"prefix\": %d, \"steps\": %d, \"seqs\": [", VERIFY_PREFIX, BATCH_STEPS);
@@ -556,7 +661,8 @@ int dsp_cmd_benchmark(int argc, char **argv) {
                gpu ? "device" : "host", (double)wbytes / 1e6, (double)kvbytes / 1e6, roof);
         printf("prefill   %.1f tok/s (%d tokens, median of %d); %.1f tok per CPU second\n", pre_med, PREFILL_TOKENS, repeat, pre_cpu_med);
         printf("decode    %.1f tok/s (%d tokens, mode %s, median of %d) = %.0f%% of the roofline; %.1f tok per CPU second\n", dec_med,
-               decode_tokens, dsp_spec_mode_to_string(mode), repeat, roof > 0 ? 100 * dec_med / roof : 0, dec_cpu_med);
+               decode_tokens, dsp_spec_mode_to_string(sr->resolved), repeat, roof > 0 ? 100 * dec_med / roof : 0, dec_cpu_med);
+        spec_text(sr, repeat);
         if (!no_verify) {
             printf("verify    1+k tokens after %d, time relative to k = 0 (%.2f ms):\n         ", VERIFY_PREFIX, ver_med[0]);
             for (int k = 0; k <= VERIFY_MAX_K; k++) printf(" k=%d %.2f", k, ver_med[k] / ver_med[0]);
@@ -577,6 +683,8 @@ out:
         free(b->logits);
         free(b);
     }
+    if (trace) fclose(trace);
+    free(sr);
     dsp_backend_destroy(be);
     dsp_model_destroy(m);
     return rc;

@@ -23,7 +23,8 @@ static void usage(FILE *f) {
                "  -n, --max-tokens N      tokens per reply at most (default 1024)\n"
                "      --temperature T, --top-p P, --top-k K, --min-p P, --seed S,\n"
                "      --presence-penalty X, --frequency-penalty X, --repeat-penalty X, --stop TEXT\n"
-               "      --mode baseline|lookup|auto, --max-draft N, --lookup-min N, --lookup-max N\n"
+               "      --mode auto|dspark|dflash|hybrid|lookup|baseline, --max-draft N|auto, --dspark-threshold T,\n"
+               "      --hybrid-min N, --lookup-min N, --lookup-max N, --draft-model D\n"
                "                          speculative decoding (lossless; default auto, see dspark generate -h)\n"
                DSP_CLI_ENGINE_HELP);
 }
@@ -92,6 +93,7 @@ int dsp_cmd_chat(int argc, char **argv) {
         return rc;
     }
     dsp_cli_sampling_defaults(m, &gp);
+    dsp_cli_log_spec(c, &gp);
     const dsp_tokenizer *tok = dsp_model_tokenizer(m);
     json_t *msgs = json_array();
     if (system) dsp_cli_add_message(msgs, "system", system, strlen(system));

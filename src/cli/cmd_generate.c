@@ -34,21 +34,19 @@ static void usage(FILE *f) {
             "      --stop TEXT         stop string (repeatable, at most 4)\n"
             "      --ignore-eos        do not stop at end-of-generation tokens\n"
             "      --logprobs N        report the chosen token's log-probability and N alternatives (--json)\n"
-            "      --mode M            speculation: baseline, lookup (prompt n-gram lookup) or auto (default;\n"
-            "                          today lookup). Always lossless: the output is what baseline gives\n"
-            "      --max-draft N       drafted tokens verified per round at most, 1..32 (default %d)\n"
-            "      --lookup-min N, --lookup-max N   n-gram sizes for lookup (default 2, 4)\n"
+            DSP_CLI_SPEC_HELP
             DSP_CLI_ENGINE_HELP
             "      --json              print one JSON object at the end instead of streaming text; its \"spec\"\n"
             "                          object has rounds, mean_accepted_len (tokens per round, bonus included),\n"
             "                          accept_hist (rounds that produced 1, 2, ... tokens), acceptance_rate\n"
             "                          (accepted / drafted) and decode_tok_per_s\n"
+            "      --trace-rounds FILE one JSON line per speculation round: pos, draft, kept, accepted, next\n"
             "  -h, --help              this help\n",
             DSP_CLI_DEFAULT_MAX_DRAFT);
 }
 
 typedef struct gen_opts {
-    const char *model, *prompt, *file, *system, *chat_template;
+    const char *model, *prompt, *file, *system, *chat_template, *trace;
     bool chat, json;
     dsp_gen_params gp;
     int n_stop;
@@ -136,6 +134,7 @@ int dsp_cmd_generate(int argc, char **argv) {
         else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && has_val) o.file = argv[++i];
         else if (!strcmp(a, "--system") && has_val) o.system = argv[++i];
         else if (!strcmp(a, "--chat-template") && has_val) o.chat_template = argv[++i];
+        else if (!strcmp(a, "--trace-rounds") && has_val) o.trace = argv[++i];
         else if (!strcmp(a, "--chat")) o.chat = true;
         else if (!strcmp(a, "--json")) o.json = true;
         else {
@@ -165,6 +164,7 @@ int dsp_cmd_generate(int argc, char **argv) {
     mp.n_threads = o.cp.n_threads;
     dsp_model *m = NULL;
     dsp_engine *c = NULL;
+    FILE *trace = NULL;
     int rc = 1;
     int32_t *ids = NULL;
     char *rendered = NULL;
@@ -179,6 +179,12 @@ int dsp_cmd_generate(int argc, char **argv) {
         dsp_cli_fail("generate", "%s", dsp_last_error());
         goto out;
     }
+    if (o.trace && !(trace = fopen(o.trace, "w"))) {
+        dsp_cli_fail("generate", "--trace-rounds %s: %s", o.trace, strerror(errno));
+        goto out;
+    }
+    if (trace) o.gp.trace = dsp_cli_trace_round, o.gp.trace_user = trace;
+    if (!o.json) dsp_cli_log_spec(c, &o.gp);
     double load_ms = dsp_cli_now_ms() - t0;
     dsp_cli_sampling_defaults(m, &o.gp);
     const dsp_tokenizer *tok = dsp_model_tokenizer(m);
@@ -226,11 +232,13 @@ int dsp_cmd_generate(int argc, char **argv) {
         fprintf(stderr, "dspark: %zu prompt tokens in %.0f ms, %zu generated in %.0f ms (%.1f tok/s), finish: %s\n", res.n_prompt, res.prefill_ms,
                 res.n_generated, res.decode_ms, tps, dsp_finish_to_string(res.finish));
         if (o.gp.mode != DSP_SPEC_BASELINE && res.n_rounds)
-            fprintf(stderr, "dspark: %s: %zu rounds, %.2f tokens per round, %zu/%zu drafts accepted\n", dsp_spec_mode_to_string(o.gp.mode), res.n_rounds,
-                    (double)res.n_generated / (double)res.n_rounds, res.n_accepted, res.n_drafted);
+            fprintf(stderr, "dspark: %s: %zu rounds, %.2f tokens per round, %zu/%zu drafts accepted\n",
+                    dsp_spec_mode_to_string(dsp_engine_resolve_mode(c, o.gp.mode)), res.n_rounds, (double)res.n_generated / (double)res.n_rounds,
+                    res.n_accepted, res.n_drafted);
     }
     rc = 0;
 out:
+    if (trace) fclose(trace);
     if (ss.lp) fclose(ss.lp);
     free(ss.lp_buf);
     free(ss.text);

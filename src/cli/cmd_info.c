@@ -2,17 +2,20 @@
 #include "cli/cli.h"
 
 #include "dspark.h"
+#include "spec/block.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dspark info MODEL [--json]\n\n"
+    fprintf(f, "usage: dspark info MODEL [--draft-model D] [--json]\n\n"
                "MODEL is a GGUF file, a Hugging Face model directory, or a repo id org/name[@rev]\n"
                "in the Hugging Face cache. Shows the architecture, parameter count, bytes per tensor\n"
                "type, context length, tokenizer kind and vocabulary size, the chat template and where\n"
                "it came from, and the sampling defaults with their source.\n\n"
+               "  --draft-model D  also load this DFlash/DSpark drafter, check that it fits the model, and show\n"
+               "                   it and the speculation mode --mode auto picks with it\n"
                "  --json     print one JSON object instead of text\n");
 }
 
@@ -57,10 +60,11 @@ int dsp_cmd_info(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *path = NULL;
+    const char *path = NULL, *draft = NULL;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--draft-model") && i + 1 < argc) draft = argv[++i];
         else if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
         else if (argv[i][0] == '-') return usage(stderr), dsp_cli_fail("info", "unknown option '%s'", argv[i]), 2;
         else if (!path) path = argv[i];
@@ -71,9 +75,16 @@ int dsp_cmd_info(int argc, char **argv) {
         return 2;
     }
     dsp_model_params mp = dsp_model_default_params();
-    mp.vocab_only = true;
+    mp.vocab_only = !draft; /* the drafter's checks need the model's weights (mapped, not read) */
     dsp_model *m;
     if (dsp_model_load(path, &mp, &m) != DSP_OK) return dsp_cli_fail("info", "%s", dsp_last_error());
+    dsp_block_drafter *bd = NULL;
+    if (draft && dsp_block_load(draft, m, &bd)) {
+        int rc = dsp_cli_fail("info", "%s", dsp_last_error());
+        dsp_model_destroy(m);
+        return rc;
+    }
+    const dsp_block_info *bi = bd ? dsp_block_get_info(bd) : NULL;
     dsp_model_info in;
     dsp_model_get_info(m, &in);
     dsp_gen_defaults gd;
@@ -113,7 +124,19 @@ int dsp_cmd_info(int argc, char **argv) {
                    in.type_count[t], in.type_bytes[t]);
             first = false;
         }
-        printf("}}\n");
+        printf("}");
+        if (bi) {
+            printf(", \"drafter\": {\"path\": ");
+            json_str(stdout, bi->path);
+            printf(", \"kind\": \"%s\", \"layout\": \"%s\", \"block\": %d, \"drafts_per_block\": %d, \"layers\": %d, \"tap_layers\": [",
+                   bi->dspark ? "dspark" : "dflash", bi->layout_name, bi->block, bi->n_draft, bi->n_layers);
+            for (int i = 0; i < bi->n_taps; i++) printf("%s%d", i ? ", " : "", bi->tap_layers[i]);
+            printf("], \"mask_token\": %d, \"markov_rank\": %d, \"confidence_head\": %s, \"shares_embedding\": %s, \"shares_lm_head\": %s, "
+                   "\"n_params\": %" PRIu64 "}, \"speculation_mode\": \"%s\"",
+                   bi->mask_token, bi->markov_rank, bi->confidence ? "true" : "false", bi->shares_embd ? "true" : "false",
+                   bi->shares_head ? "true" : "false", bi->n_params, bi->dspark ? "dspark" : "dflash");
+        }
+        printf("}\n");
     } else {
         char a[32], b[32];
         human(a, sizeof a, (double)in.n_params, "");
@@ -145,6 +168,21 @@ int dsp_cmd_info(int argc, char **argv) {
             printf("  %-8s %4u tensors  %10s\n", dsp_tensor_type_name((uint32_t)t), in.type_count[t], b);
         }
     }
+    if (bi && !json) {
+        char a[32];
+        human(a, sizeof a, (double)bi->n_params, "");
+        printf("drafter:        %s\n", bi->path);
+        printf("  kind:         %s (%s layout), block %d: %d drafts per block (%s)\n", bi->dspark ? "DSpark" : "DFlash", bi->layout_name, bi->block,
+               bi->n_draft, bi->slot0 ? "slots 1.. predict their own positions" : "slot k predicts position k+1");
+        printf("  layers:       %d, taps of model layers", bi->n_layers);
+        for (int i = 0; i < bi->n_taps; i++) printf("%s%d", i ? ", " : " ", bi->tap_layers[i]);
+        printf("\n  heads:        %s%s\n", bi->markov_rank ? "Markov (vanilla)" : "no Markov", bi->confidence ? ", confidence" : ", no confidence");
+        printf("  parameters:   %s of its own; embedding %s, LM head %s\n", a, bi->shares_embd ? "shared with the model" : "its own copy",
+               bi->shares_head ? "shared with the model" : "its own copy");
+        printf("  fits:         yes (hidden size, vocabulary, tap layers, mask token %d)\n", bi->mask_token);
+        printf("speculation:    --mode auto uses %s\n", bi->dspark ? "dspark" : "dflash");
+    }
+    dsp_block_destroy(bd);
     dsp_model_destroy(m);
     return 0;
 }

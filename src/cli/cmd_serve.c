@@ -27,8 +27,7 @@ static void usage(FILE *f) {
             "      --port N               port (default 8000; 0 = any free port, printed at start)\n"
             "      --alias NAME           model name clients use (repeatable; default: the file's name)\n"
             "      --api-key KEY          require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (every route but /health)\n"
-            "      --mode M               speculation: auto (default), lookup, baseline (always lossless)\n"
-            "      --max-draft N          drafted tokens verified per round at most (1..%d)\n"
+            DSP_CLI_SPEC_HELP
             "      --default-max-tokens N max_tokens when a request gives none (default 2048)\n"
             "      --max-tokens-cap N     a request asking for more tokens gets a 400 (default 32768)\n"
             "      --max-batch N          requests decoded together in each forward (default 8); more wait\n"
@@ -49,7 +48,7 @@ static void usage(FILE *f) {
             "                             (chat_template_kwargs.enable_thinking, Anthropic's thinking)\n"
             DSP_CLI_ENGINE_HELP
             "  -h, --help                 this help\n",
-            DSP_MAX_DRAFT);
+            4);
 }
 
 static bool num(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -79,6 +78,7 @@ int dsp_cmd_serve(int argc, char **argv) {
         }
         bool handled;
         int erc = dsp_cli_parse_engine_opt(argc, argv, &i, &cfg.cp, &handled);
+        if (!erc && !handled) erc = dsp_cli_parse_spec_opt(argc, argv, &i, &cfg.spec, &handled);
         if (erc) return erc;
         if (handled) continue;
         if (i + 1 >= argc) {
@@ -100,16 +100,7 @@ int dsp_cmd_serve(int argc, char **argv) {
                 return 2;
             }
             cfg.aliases[cfg.n_aliases++] = v;
-        } else if (!strcmp(a, "--mode")) {
-            if (!strcmp(v, "auto")) cfg.mode = DSP_SPEC_AUTO;
-            else if (!strcmp(v, "lookup")) cfg.mode = DSP_SPEC_LOOKUP;
-            else if (!strcmp(v, "baseline")) cfg.mode = DSP_SPEC_BASELINE;
-            else {
-                fprintf(stderr, "dspark serve: --mode: '%s' is not one of auto, lookup, baseline\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--max-draft")) { NUM(1, DSP_MAX_DRAFT) cfg.max_draft = (int32_t)x; }
-        else if (!strcmp(a, "--default-max-tokens")) { NUM(1, 1 << 30) cfg.default_max_tokens = (int32_t)x; }
+        } else if (!strcmp(a, "--default-max-tokens")) { NUM(1, 1 << 30) cfg.default_max_tokens = (int32_t)x; }
         else if (!strcmp(a, "--max-tokens-cap")) { NUM(1, 1 << 30) cfg.max_tokens_cap = (int32_t)x; }
         else if (!strcmp(a, "--max-queue")) { NUM(1, 1 << 20) cfg.max_queue = (int)x; }
         else if (!strcmp(a, "--max-body")) { NUM(1024, 1LL << 32) cfg.max_body = (size_t)x; }

@@ -89,6 +89,46 @@ void dsp_cli_sampling_defaults(const dsp_model *m, dsp_gen_params *gp) {
     dsp_gen_apply_defaults(&gd, given, gp);
 }
 
+void dsp_cli_log_spec(const dsp_engine *e, const dsp_gen_params *gp) {
+    dsp_drafter_info di;
+    char md[16];
+    if (gp->max_draft == DSP_DRAFT_AUTO) snprintf(md, sizeof md, "auto");
+    else snprintf(md, sizeof md, "%d", gp->max_draft);
+    dsp_spec_mode mode = dsp_engine_resolve_mode(e, gp->mode);
+    if (dsp_engine_drafter_info(e, &di))
+        fprintf(stderr, "dspark: speculation %s, max draft %s; drafter %s (%s %s, block %d, %d layers%s)\n", dsp_spec_mode_to_string(mode), md, di.path,
+                di.layout, di.kind, di.block, di.n_layers, di.markov_rank ? ", Markov head" : "");
+    else
+        fprintf(stderr, "dspark: speculation %s, max draft %s; no drafter model\n", dsp_spec_mode_to_string(mode), md);
+}
+
+/* --trace-rounds: one JSON line per round (dsp_gen_params.trace with the FILE as user). */
+void dsp_cli_trace_round(const dsp_round_trace *t, void *user) {
+    FILE *f = user;
+    fprintf(f, "{\"pos\": %u, \"source\": \"%s\", \"draft\": [", t->pos, t->source);
+    for (int i = 0; i < t->n_draft; i++) fprintf(f, "%s%d", i ? ", " : "", t->draft[i]);
+    fprintf(f, "], \"kept\": %d, \"accepted\": %d, \"next\": ", t->kept, t->accepted);
+    if (t->next >= 0) fprintf(f, "%d", t->next);
+    else fputs("null", f);
+    if (t->source[0] == 'd') fprintf(f, ", \"ctx_rows\": %d", t->ctx_rows);
+    if (t->top_ids) {
+        fputs(", \"top\": [", f);
+        for (int i = 0; i < t->n_draft; i++) {
+            const int32_t *id = t->top_ids + 3 * i;
+            const float *v = t->top_vals + 3 * i;
+            fprintf(f, "%s{\"ids\": [%d, %d, %d], \"vals\": [%.9g, %.9g, %.9g]}", i ? ", " : "", id[0], id[1], id[2], (double)v[0], (double)v[1],
+                    (double)v[2]);
+        }
+        fputc(']', f);
+    }
+    if (t->conf) {
+        fputs(", \"conf\": [", f);
+        for (int i = 0; i < t->n_draft; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)t->conf[i]);
+        fputc(']', f);
+    }
+    fputs("}\n", f);
+}
+
 /* Speculation statistics for --json (generate) and the benchmark. */
 void dsp_cli_print_spec_json(FILE *f, const dsp_gen_params *gp, const dsp_gen_result *r) {
     double tps = r->decode_ms > 0 ? (double)r->n_generated / (r->decode_ms / 1e3) : 0;
@@ -98,18 +138,24 @@ void dsp_cli_print_spec_json(FILE *f, const dsp_gen_params *gp, const dsp_gen_re
         emitted += (size_t)k * r->accept_hist[k];
         if (r->accept_hist[k]) hi = k;
     }
-    fprintf(f, "\"spec\": {\"mode\": \"%s\", \"max_draft\": %d, \"rounds\": %zu, \"draft_rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu, ",
-            dsp_spec_mode_to_string(gp->mode), gp->max_draft, r->n_rounds, r->n_draft_rounds, r->n_drafted, r->n_accepted);
+    char md[16];
+    if (gp->max_draft == DSP_DRAFT_AUTO) snprintf(md, sizeof md, "\"auto\"");
+    else snprintf(md, sizeof md, "%d", gp->max_draft);
+    fprintf(f, "\"spec\": {\"mode\": \"%s\", \"max_draft\": %s, \"rounds\": %zu, \"draft_rounds\": %zu, \"drafted\": %zu, \"accepted\": %zu, ",
+            dsp_spec_mode_to_string(gp->mode), md, r->n_rounds, r->n_draft_rounds, r->n_drafted, r->n_accepted);
     fprintf(f, "\"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f, \"accept_hist\": [", r->n_rounds ? (double)emitted / (double)r->n_rounds : 0.0,
             r->n_drafted ? (double)r->n_accepted / (double)r->n_drafted : 0.0);
     for (int k = 1; k <= hi; k++) fprintf(f, "%s%zu", k > 1 ? ", " : "", r->accept_hist[k]);
-    fprintf(f, "], \"decode_tok_per_s\": %.2f}", tps);
+    int hk = 0;
+    for (int k = 0; k <= DSP_MAX_DRAFT; k++)
+        if (r->kept_hist[k]) hk = k;
+    fputs("], \"kept_hist\": [", f);
+    for (int k = 0; k <= hk; k++) fprintf(f, "%s%zu", k ? ", " : "", r->kept_hist[k]);
+    fprintf(f, "], \"block_rounds\": %zu, \"draft_ms\": %.1f, \"verify_ms\": %.1f, \"decode_tok_per_s\": %.2f}", r->n_block_rounds,
+            r->draft_ms, r->verify_ms, tps);
 }
 
-int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int *n_stop, dsp_engine_params *cp, bool *handled) {
-    const char *a = argv[*i];
-    double v;
-    *handled = true;
+/* option value helpers of the two parsers below (a, argc, argv, i, v in scope) */
 #define NEXT()                                                                 \
     do {                                                                       \
         if (*i + 1 >= argc) {                                                  \
@@ -121,6 +167,37 @@ int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int
 #define NUM(lo, hi) \
     NEXT();         \
     if (!num(a, argv[*i], lo, hi, &v)) return 2;
+
+int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, dsp_gen_params *gp, bool *handled) {
+    const char *a = argv[*i];
+    double v;
+    *handled = true;
+    if (!strcmp(a, "--mode")) {
+        NEXT();
+        if (!dsp_spec_mode_from_string(argv[*i], &gp->mode)) {
+            fprintf(stderr, "dspark: --mode: '%s' is not one of auto, dspark, dflash, hybrid, lookup, baseline\n", argv[*i]);
+            return 2;
+        }
+    } else if (!strcmp(a, "--max-draft")) {
+        NEXT();
+        if (!strcmp(argv[*i], "auto")) gp->max_draft = DSP_DRAFT_AUTO;
+        else if (!num(a, argv[*i], 1, DSP_MAX_DRAFT, &v)) return 2;
+        else gp->max_draft = (int32_t)v;
+    }
+    else if (!strcmp(a, "--dspark-threshold")) { NUM(0, 1) gp->dspark_threshold = (float)v; }
+    else if (!strcmp(a, "--dspark-cumulative")) { NUM(0, 1) gp->dspark_cumulative = (float)v; }
+    else if (!strcmp(a, "--hybrid-min")) { NUM(1, 32) gp->hybrid_min = (int32_t)v; }
+    else if (!strcmp(a, "--draft-argmax")) gp->draft_sample = false;
+    else if (!strcmp(a, "--lookup-min")) { NUM(1, 16) gp->lookup_min_n = (int32_t)v; }
+    else if (!strcmp(a, "--lookup-max")) { NUM(1, 16) gp->lookup_max_n = (int32_t)v; }
+    else *handled = false;
+    return 0;
+}
+
+int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int *n_stop, dsp_engine_params *cp, bool *handled) {
+    const char *a = argv[*i];
+    double v;
+    *handled = true;
     if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) { NUM(1, 1e9) gp->max_tokens = (int32_t)v; }
     else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) { NUM(0, 100) gp->temperature = (float)v; }
     else if (!strcmp(a, "--top-p")) { NUM(0, 1) gp->top_p = (float)v; }
@@ -137,18 +214,6 @@ int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int
         NEXT();
         dsp_cli_quantize = argv[*i];
     }
-    else if (!strcmp(a, "--mode")) {
-        NEXT();
-        if (!strcmp(argv[*i], "baseline")) gp->mode = DSP_SPEC_BASELINE;
-        else if (!strcmp(argv[*i], "lookup")) gp->mode = DSP_SPEC_LOOKUP;
-        else if (!strcmp(argv[*i], "auto")) gp->mode = DSP_SPEC_AUTO;
-        else {
-            fprintf(stderr, "dspark: --mode: '%s' is not one of baseline, lookup, auto\n", argv[*i]);
-            return 2;
-        }
-    } else if (!strcmp(a, "--max-draft")) { NUM(1, DSP_MAX_DRAFT) gp->max_draft = (int32_t)v; }
-    else if (!strcmp(a, "--lookup-min")) { NUM(1, 16) gp->lookup_min_n = (int32_t)v; }
-    else if (!strcmp(a, "--lookup-max")) { NUM(1, 16) gp->lookup_max_n = (int32_t)v; }
     else if (!strcmp(a, "--stop")) {
         NEXT();
         if (*n_stop >= DSP_MAX_STOP) {
@@ -158,11 +223,15 @@ int dsp_cli_parse_gen_opt(int argc, char **argv, int *i, dsp_gen_params *gp, int
         gp->stop[(*n_stop)++] = argv[*i];
     }
     else *handled = false;
-    if (!*handled) return dsp_cli_parse_engine_opt(argc, argv, i, cp, handled);
-#undef NUM
-#undef NEXT
+    if (!*handled) {
+        int rc = dsp_cli_parse_spec_opt(argc, argv, i, gp, handled);
+        if (rc || *handled) return rc;
+        return dsp_cli_parse_engine_opt(argc, argv, i, cp, handled);
+    }
     return 0;
 }
+#undef NUM
+#undef NEXT
 
 
 /* "8G", "512M", "1500000000": bytes */
@@ -189,7 +258,7 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
     *handled = true;
     if (*i + 1 >= argc && (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "--batch") ||
                            !strcmp(a, "--batch-tokens") || !strcmp(a, "--max-batch") || !strcmp(a, "--kv-memory") || !strcmp(a, "--device") ||
-                           !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--kv-type") ||
+                           !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--kv-type") || !strcmp(a, "--draft-model") ||
                            !strcmp(a, "--precision"))) {
         fprintf(stderr, "dspark: option %s needs a value\n", a);
         return 2;
@@ -238,6 +307,8 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
     } else if (!strcmp(a, "--gpu")) {
         if (!num(a, argv[++*i], 0, 64, &v)) return 2;
         cp->gpu = (int)v;
+    } else if (!strcmp(a, "--draft-model")) {
+        cp->draft_model = argv[++*i];
     } else {
         *handled = false;
     }

@@ -47,6 +47,8 @@ dsp_gen_params dsp_gen_default_params(void) {
     p.max_draft = 4;
     p.lookup_min_n = 2;
     p.lookup_max_n = 4;
+    p.hybrid_min = 4;
+    p.draft_sample = true;
     return p;
 }
 
@@ -73,16 +75,21 @@ const char *dsp_kv_type_to_string(dsp_kv_type t) {
     }
     return "unknown";
 }
+static const char *const g_mode_names[] = {"baseline", "lookup", "auto", "dflash", "dspark", "hybrid"};
 
 const char *dsp_precision_to_string(dsp_precision p) { return p == DSP_PRECISION_F32 ? "f32" : "q8"; }
 
 const char *dsp_spec_mode_to_string(dsp_spec_mode m) {
-    switch (m) {
-    case DSP_SPEC_BASELINE: return "baseline";
-    case DSP_SPEC_LOOKUP: return "lookup";
-    case DSP_SPEC_AUTO: return "auto";
-    }
-    return "unknown";
+    return (unsigned)m < sizeof g_mode_names / sizeof g_mode_names[0] ? g_mode_names[m] : "unknown";
+}
+
+bool dsp_spec_mode_from_string(const char *s, dsp_spec_mode *out) {
+    for (size_t i = 0; i < sizeof g_mode_names / sizeof g_mode_names[0]; i++)
+        if (!strcmp(s, g_mode_names[i])) {
+            *out = (dsp_spec_mode)i;
+            return true;
+        }
+    return false;
 }
 
 const char *dsp_finish_to_string(dsp_finish f) {
@@ -104,10 +111,15 @@ static dsp_status validate_gen(const dsp_engine *e, const dsp_gen_params *p, dsp
     if (p->max_tokens <= 0) return dsp_error(DSP_ERR_INVALID_ARG, "max_tokens must be positive (got %d)", p->max_tokens);
     if (p->logprobs < -1 || p->logprobs > DSP_MAX_LOGPROBS)
         return dsp_error(DSP_ERR_INVALID_ARG, "top_logprobs must be between 0 and %d (got %d)", DSP_MAX_LOGPROBS, p->logprobs);
-    if (p->mode != DSP_SPEC_BASELINE && p->mode != DSP_SPEC_LOOKUP && p->mode != DSP_SPEC_AUTO)
-        return dsp_error(DSP_ERR_INVALID_ARG, "mode: unknown speculation mode %d", (int)p->mode);
-    if (p->max_draft < 1 || p->max_draft > DSP_MAX_DRAFT)
-        return dsp_error(DSP_ERR_INVALID_ARG, "max_draft must be between 1 and %d (got %d)", DSP_MAX_DRAFT, p->max_draft);
+    if ((unsigned)p->mode > DSP_SPEC_HYBRID) return dsp_error(DSP_ERR_INVALID_ARG, "mode: unknown speculation mode %d", (int)p->mode);
+    if (p->max_draft != DSP_DRAFT_AUTO && (p->max_draft < 1 || p->max_draft > DSP_MAX_DRAFT))
+        return dsp_error(DSP_ERR_INVALID_ARG, "max_draft must be between 1 and %d, or auto (got %d)", DSP_MAX_DRAFT, p->max_draft);
+    if (!(p->dspark_threshold >= 0 && p->dspark_threshold <= 1))
+        return dsp_error(DSP_ERR_INVALID_ARG, "dspark_threshold must be in [0, 1] (got %g)", (double)p->dspark_threshold);
+    if (!(p->dspark_cumulative >= 0 && p->dspark_cumulative <= 1))
+        return dsp_error(DSP_ERR_INVALID_ARG, "dspark_cumulative must be in [0, 1] (got %g)", (double)p->dspark_cumulative);
+    if (p->hybrid_min < 1 || p->hybrid_min > 32)
+        return dsp_error(DSP_ERR_INVALID_ARG, "hybrid_min must be between 1 and 32 (got %d)", p->hybrid_min);
     if (p->lookup_min_n < 1 || p->lookup_max_n < p->lookup_min_n || p->lookup_max_n > 16)
         return dsp_error(DSP_ERR_INVALID_ARG, "lookup n-gram sizes: need 1 <= lookup_min_n (%d) <= lookup_max_n (%d) <= 16", p->lookup_min_n,
                          p->lookup_max_n);
@@ -158,6 +170,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     dsp_engine *e = calloc(1, sizeof *e);
     if (!e) return dsp_error(DSP_ERR_NOMEM, "no memory");
     e->m = m;
+    e->verify = dsp_spec_verify;
     e->max_batch = p.max_batch;
     e->next_id = 1;
     _Static_assert((int)DSP_DEVICE_CPU == (int)DSP_BACKEND_CPU && (int)DSP_DEVICE_CUDA == (int)DSP_BACKEND_CUDA, "device = backend kind");
@@ -169,11 +182,19 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
         free(e);
         return st;
     }
+    /* the block drafter's host side first: its K/V share the pool */
+    if (p.draft_model && (st = dsp_block_load(p.draft_model, m, &e->bd))) {
+        dsp_backend_destroy(e->be);
+        free(e);
+        return st;
+    }
+    if (e->bd) e->bdi = dsp_block_get_info(e->bd);
     /* context and KV pool (the GPU stores K/V in 16 bits) */
     const dsp_hparams *hp = &m->hp;
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (uint32_t)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     const uint64_t kv_elem = e->be->kind == DSP_BACKEND_CUDA ? 2 : sizeof(float);
     uint64_t per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * kv_elem;
+    per_token += dsp_engine_draft_kv_bytes(e->bd);
     uint64_t kv_tokens = p.kv_tokens;
     if (!kv_tokens && p.kv_memory) kv_tokens = p.kv_memory / per_token;
     if (!kv_tokens) {
@@ -197,7 +218,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
         fp.backend = e->be;
         fp.max_batch_tokens = p.batch_tokens;
         fp.max_logits = e->max_rows;
-        fp.max_taps = DSP_SPEC_MAX_TAPS;
+        fp.max_taps = e->bd ? e->bdi->n_taps : 8; /* 8: tests' drafters that want host taps */
         fp.n_ctx = n_ctx;
         fp.kv_tokens = (uint32_t)kv_tokens;
         fp.prefix_cache = !p.no_prefix_cache;
@@ -227,14 +248,19 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     e->bpos = malloc(T * sizeof(int32_t));
     e->bseq = malloc(T * sizeof(int32_t));
     e->brow = malloc(T * sizeof(int32_t));
+    e->creqs = malloc((size_t)e->max_batch * sizeof *e->creqs);
     e->ev_cap = (size_t)e->max_batch * (DSP_MAX_DRAFT + 2) + 16;
     e->ev = malloc(e->ev_cap * sizeof *e->ev);
     e->done_cap = (size_t)e->max_batch + 16;
     e->done = malloc(e->done_cap * sizeof *e->done);
     if (!e->logits || (dsp_fwd_has_argmax(e->fwd) && !e->argmax) || !e->scratch_mem || !e->dist_mem || !e->running || !e->bseqs || !e->btok || !e->bpos || !e->bseq || !e->brow || !e->ev ||
-        !e->done) {
+        !e->done || !e->creqs) {
         dsp_engine_destroy(e);
         return dsp_error(DSP_ERR_NOMEM, "no memory for the engine (vocabulary %d, %d logits rows)", e->n_vocab, e->max_rows);
+    }
+    if (e->bd && (st = dsp_engine_draft_init(e, p.draft_model))) {
+        dsp_engine_destroy(e);
+        return st;
     }
     dsp_sample_scratch_init(&e->scratch, e->scratch_mem, sbytes, e->n_vocab);
     dsp_sample_dist_init(&e->dist, e->dist_mem, dbytes, e->n_vocab);
@@ -272,6 +298,9 @@ void dsp_engine_destroy(dsp_engine *e) {
         n = r->next;
         req_free(e, r);
     }
+    dsp_block_destroy(e->bd); /* before the pool it registered its store with */
+    free(e->breqs);
+    free(e->creqs);
     dsp_fwd_destroy(e->fwd);
     dsp_backend_destroy(e->be);
     free(e->logits), free(e->argmax), free(e->taps), free(e->scratch_mem), free(e->dist_mem);
@@ -300,7 +329,10 @@ dsp_status dsp_engine_submit_drafter(dsp_engine *e, const int32_t *prompt, size_
     for (size_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= e->n_vocab)
             return dsp_error(DSP_ERR_INVALID_ARG, "prompt token %zu: id %d out of range (vocabulary %d)", i, prompt[i], e->n_vocab);
-    uint64_t need_tokens = (uint64_t)n_prompt + (uint64_t)p->max_tokens;
+    /* a block drafter writes its block's K/V up to B positions past the committed length */
+    dsp_spec_mode mode = dsp_engine_resolve_mode(e, p->mode);
+    bool block = e->bd && !drafter && (mode == DSP_SPEC_DFLASH || mode == DSP_SPEC_DSPARK || mode == DSP_SPEC_HYBRID);
+    uint64_t need_tokens = (uint64_t)n_prompt + (uint64_t)p->max_tokens + (block ? (uint64_t)e->bdi->block : 0);
     if (need_tokens > e->n_ctx) need_tokens = e->n_ctx;
     uint32_t need = blocks_for(e, need_tokens);
     if (need > e->kv->n_blocks)
@@ -341,29 +373,8 @@ dsp_status dsp_engine_submit_drafter(dsp_engine *e, const int32_t *prompt, size_
         r->evtop = p->logprobs > 0 ? malloc(sizeof *r->evtop * (DSP_MAX_DRAFT + 1) * (size_t)p->logprobs) : NULL;
         if (!r->evtext || (p->logprobs > 0 && !r->evtop)) st = dsp_error(DSP_ERR_NOMEM, "no memory");
     }
-    /* the drafter */
-    if (!st && drafter) {
-        r->drafter = drafter;
-    } else if (!st && p->mode != DSP_SPEC_BASELINE) {
-        dsp_lookup_params lp = {p->lookup_min_n, p->lookup_max_n, p->max_draft, e->n_ctx, true};
-        st = dsp_lookup_create(&lp, &r->drafter);
-        r->own_drafter = true;
-    }
-    if (!st && r->drafter) {
-        dsp_drafter_reset(r->drafter);
-        if (r->drafter->supplies_q && !(r->q = malloc(sizeof(float) * (size_t)e->n_vocab * DSP_MAX_DRAFT)))
-            st = dsp_error(DSP_ERR_NOMEM, "no memory");
-        if (!st && r->drafter->n_taps > 0) { /* host taps: one tap-layer set per engine */
-            if (e->n_taps && (e->n_taps != r->drafter->n_taps || memcmp(e->tap_layers, r->drafter->tap_layers, sizeof(int32_t) * (size_t)e->n_taps)))
-                st = dsp_error(DSP_ERR_UNSUPPORTED, "drafters with different tap layers cannot share an engine");
-            else if (!e->taps && !(e->taps = malloc(sizeof(float) * (size_t)e->batch_tokens * DSP_SPEC_MAX_TAPS * (size_t)e->n_embd)))
-                st = dsp_error(DSP_ERR_NOMEM, "no memory for hidden-state taps");
-            else {
-                e->n_taps = r->drafter->n_taps;
-                memcpy(e->tap_layers, r->drafter->tap_layers, sizeof(int32_t) * (size_t)e->n_taps);
-            }
-        }
-    }
+    /* speculation */
+    if (!st) st = dsp_engine_draft_setup(e, r, drafter);
     if (st) {
         req_free(e, r);
         return st;
@@ -586,23 +597,6 @@ static void remove_running(dsp_engine *e, int i) {
     e->n_running--;
 }
 
-/* drafts for a decoding request, within the round's room */
-static int32_t propose(dsp_engine *e, dsp_req *r, int32_t room) {
-    if (!r->drafter) return 0;
-    const uint32_t len = r->n_tokens;
-    int64_t kmax = r->p.max_draft;
-    if ((int64_t)e->n_ctx - (int64_t)len - 1 < kmax) kmax = (int64_t)e->n_ctx - (int64_t)len - 1;
-    if ((int64_t)r->p.max_tokens - (int64_t)r->res.n_generated - 1 < kmax) kmax = (int64_t)r->p.max_tokens - (int64_t)r->res.n_generated - 1;
-    if (room < kmax) kmax = room;
-    if (kmax <= 0) return 0;
-    int32_t k = dsp_drafter_propose(r->drafter, r->tokens, len, (int32_t)kmax, r->draft, r->q);
-    if (k < 0) k = 0;
-    if (k > kmax) k = (int32_t)kmax;
-    for (int32_t i = 0; i < k; i++)
-        if (r->draft[i] < 0 || r->draft[i] >= e->n_vocab) k = i; /* a drafter bug must not reach the forward */
-    return k;
-}
-
 static void observe(dsp_engine *e, dsp_req *r, uint32_t n_new, int32_t drafted, int32_t accepted, uint32_t tap_pos, int32_t tap_rows) {
     if (!r->drafter) return;
     const float *taps = r->drafter->n_taps > 0 && tap_rows > 0 ? e->taps + (size_t)r->row0 * (size_t)e->n_taps * (size_t)e->n_embd : NULL;
@@ -618,8 +612,8 @@ static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
     const uint32_t len = r->n_tokens;
     int32_t k = first ? 0 : r->k, out[DSP_MAX_DRAFT + 1], n_out = 0;
     dsp_status st = e->argmax_round ? dsp_spec_verify_argmax(e->argmax + r->logit0, V, k, r->draft, &r->hist, &r->sp, &r->rng, out, &n_out)
-                                    : dsp_spec_verify(logits, V, k, r->draft, k > 0 && r->drafter && r->drafter->supplies_q ? r->q : NULL,
-                                                      &r->hist, &r->sp, &r->rng, &e->scratch, &e->dist, out, &n_out);
+                                    : e->verify(logits, V, k, r->draft, k > 0 && r->sampled ? r->q : NULL, &r->hist, &r->sp, &r->rng, &e->scratch,
+                                                &e->dist, out, &n_out);
     if (st) {
         fail(e, r, st);
         return;
@@ -644,12 +638,15 @@ static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
     }
     /* emit one token at a time: EOS, stop strings, max_tokens and cancellation cut exactly */
     dsp_finish fin = DSP_FINISH_NONE;
+    int32_t emitted = 0;
     for (int32_t j = 0; j < n_out && fin == DSP_FINISH_NONE; j++) {
         r->tokens[len + (uint32_t)j] = out[j];
         r->n_tokens = len + (uint32_t)j + 1;
         r->res.n_generated++;
+        emitted++;
         fin = emit_token(e, r, out[j], logits ? logits + (size_t)j * (size_t)V : NULL); /* logits: unless an argmax round */
     }
+    if (!first) dsp_engine_draft_done(e, r, k, out, n_out, emitted);
     if (fin != DSP_FINISH_NONE) {
         /* tokens decided after the cut were never emitted: drop them and their KV */
         r->hist.len = r->n_tokens;
@@ -658,7 +655,9 @@ static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
         return;
     }
     dsp_kv_seq_publish(e->kv, &r->kv, r->tokens, r->kv.n_tokens);
-    observe(e, r, (uint32_t)n_out, k, a, len - 1, first || !e->taps ? 0 : a + 1);
+    /* the request's own drafter learns only from its own proposals */
+    bool own = r->src == DSP_SRC_DRAFTER;
+    observe(e, r, (uint32_t)n_out, own ? k : 0, own ? a : 0, len - 1, first || !e->taps ? 0 : a + 1);
 }
 
 dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_events) {
@@ -696,7 +695,18 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         return DSP_OK;
     }
 
-    /* lay out the batch: decode blocks first, then prefill chunks */
+    /* drafts, then the batch: decode blocks first, then prefill chunks */
+    dsp_status st = dsp_engine_draft_round(e);
+    if (st) { /* the drafter failed (a backend error): the decoding requests end with it */
+        for (int i = e->n_running - 1; i >= 0; i--) {
+            dsp_req *r = e->running[i];
+            if (r->state != DSP_REQ_DECODE) continue;
+            remove_running(e, i);
+            fail(e, r, st);
+        }
+        *n_events = e->n_ev;
+        return DSP_OK;
+    }
     int n = 0, n_logits = 0, n_seqs = 0;
     for (int i = 0; i < e->n_running; i++) {
         dsp_req *r = e->running[i];
@@ -707,7 +717,8 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         int32_t room = e->batch_tokens - n - (e->n_running - i);
         int32_t lroom = e->max_rows - n_logits - (e->n_running - i);
         DSP_ASSERT(room >= 0 && lroom >= 0); /* max_batch <= max_rows <= batch_tokens */
-        r->k = propose(e, r, room < lroom ? room : lroom);
+        if (r->k > room) r->k = room;
+        if (r->k > lroom) r->k = lroom;
         const uint32_t len = r->n_tokens;
         r->row0 = n;
         r->logit0 = n_logits;
@@ -746,7 +757,6 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
     }
     if ((uint32_t)n_seqs > e->st.peak_running) e->st.peak_running = (uint32_t)n_seqs;
     int n_taps = e->taps ? e->n_taps : 0;
-    dsp_batch b = {n, e->btok, e->bseq, e->bpos, n_logits, e->brow, n_taps, n_taps ? e->tap_layers : NULL};
     /* a round where every request with a logits row is plain greedy without logprobs needs only
      * the rows' argmax (the verifier's dsp_spec_verify_argmax), computed by the backend where the
      * logits are: no vocabulary row is read back */
@@ -756,10 +766,10 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         if (r->n_rows > 0 && (r->state == DSP_REQ_DECODE || r->logit0 >= 0))
             e->argmax_round = r->p.logprobs < 0 && dsp_sample_params_plain_greedy(&r->sp);
     }
-    const double t0 = now_ms();
-    dsp_status st = dsp_fwd_run(e->fwd, e->bseqs, n_seqs, &b, e->argmax_round ? NULL : e->logits, n_taps ? e->taps : NULL);
-    if (!st && e->argmax_round) st = dsp_fwd_argmax(e->fwd, n_logits, e->argmax);
-    if (!st) fit_round(e, n, now_ms() - t0);
+    double t_fwd = now_ms();
+    st = dsp_engine_forward(e, n, n_seqs, n_logits, n_taps > 0, e->argmax_round);
+    t_fwd = now_ms() - t_fwd;
+    if (!st) fit_round(e, n, t_fwd);
     e->st.rounds++;
     if (st) { /* the forward failed: every request in it ends with the error */
         for (int i = e->n_running - 1; i >= 0; i--) {
@@ -773,10 +783,13 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
     }
 
     /* per request, in batch order */
+    int n_dec = 0;
+    for (int i = 0; i < e->n_running; i++) n_dec += e->running[i]->n_rows > 0 && e->running[i]->state == DSP_REQ_DECODE;
     for (int i = 0; i < e->n_running; i++) {
         dsp_req *r = e->running[i];
         if (r->n_rows == 0) continue;
         if (r->state == DSP_REQ_DECODE) {
+            r->res.verify_ms += t_fwd / n_dec;
             decode_done(e, r, false);
         } else {
             uint32_t from = r->kv.n_tokens - (uint32_t)r->n_rows;

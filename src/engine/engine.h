@@ -25,6 +25,8 @@
 #include "model/forward.h"
 #include "sample/rng.h"
 #include "sample/sample.h"
+#include "spec/block.h"
+#include "spec/cost.h"
 #include "spec/spec.h"
 #include "tok/tok.h"
 
@@ -32,6 +34,9 @@
 #define DSP_ENGINE_MIN_CHUNK 8
 
 typedef enum { DSP_REQ_WAITING = 0, DSP_REQ_PREFILL, DSP_REQ_DECODE } dsp_req_state;
+
+/* who drafted a request's block this round */
+typedef enum { DSP_SRC_NONE = 0, DSP_SRC_DRAFTER, DSP_SRC_BLOCK } dsp_draft_src;
 
 typedef struct dsp_req {
     dsp_req_id id;
@@ -52,12 +57,23 @@ typedef struct dsp_req {
     dsp_stop stop;
     dsp_detok_stream *detok;
     /* speculation */
-    dsp_drafter *drafter;        /* NULL: baseline */
+    dsp_spec_mode mode;          /* resolved (never auto) */
+    dsp_drafter *drafter;        /* per-request drafter: lookup (lookup, hybrid) or a test's; NULL: none */
     bool own_drafter;
-    float *q;                    /* (DSP_MAX_DRAFT, n_vocab) when the drafter supplies q */
+    bool block;                  /* drafts with the engine's block drafter (dflash, dspark, hybrid) */
+    float *q;                    /* (DSP_MAX_DRAFT, n_vocab) when the drafts come with their distribution */
     uint32_t observed;           /* tokens the drafter has seen */
     int32_t draft[DSP_MAX_DRAFT];
     int32_t k;                   /* drafts in this round's block */
+    int32_t n_prop;              /* drafts proposed this round before the caps (traces) */
+    dsp_draft_src src;           /* who drafted this round */
+    bool sampled;                /* this round's drafts were sampled from q (rejection sampling) */
+    int bslot;                   /* this round's index in the engine's block requests, -1: none */
+    dsp_accept acc[DSP_ACCEPT_BUCKETS]; /* acceptance estimates (--max-draft auto): [0] the block drafter or a
+                                  * test's drafter, [1..] prompt lookup by match length (dsp_accept_bucket) */
+    int acc_b;                   /* this round's bucket */
+    dsp_rng drng;                /* the block drafter's sampling stream (draft_sample) */
+    uint32_t prev_block_pos;     /* the anchor position of the last traced block draft (ctx_rows) */
     int row0, n_rows, logit0;    /* this round's rows in the batch and in the logits */
     /* this round's events: texts and top logprobs, (DSP_MAX_DRAFT + 1) slots each */
     char *evtext;
@@ -69,8 +85,14 @@ typedef struct dsp_req {
     struct dsp_req *next;        /* waiting queue link */
 } dsp_req;
 
+/* the verifier's signature (dsp_spec_verify) */
+typedef dsp_status (*dsp_engine_verify_fn)(const float *logits, int32_t n_vocab, int32_t k, const int32_t *draft, const float *q,
+                                           dsp_sample_history *h, const dsp_sample_params *sp, dsp_rng *rng, dsp_sample_scratch *s,
+                                           dsp_sample_dist *d, int32_t *out, int32_t *n_out);
+
 struct dsp_engine {
     dsp_model *m;
+    dsp_engine_verify_fn verify; /* dsp_spec_verify; tests/test_drafter.c swaps in a wrong rule to show its test can fail */
     dsp_backend *be;
     dsp_fwd *fwd;
     dsp_kv_pool *kv;
@@ -95,6 +117,15 @@ struct dsp_engine {
     dsp_kv_seq **bseqs;                   /* (max_batch) */
     int32_t tap_layers[DSP_SPEC_MAX_TAPS];
     int n_taps;
+    /* the block drafter (draft.c) */
+    dsp_block_drafter *bd;       /* NULL: none */
+    const dsp_block_info *bdi;
+    dsp_block_req *breqs;        /* (max_batch) this round's block drafts */
+    int max_breqs;               /* requests per dsp_block_draft call */
+    dsp_cost_req *creqs;         /* (max_batch) --max-draft auto's choice */
+    dsp_spec_profile prof;
+    bool have_prof;
+    double round_draft_ms;       /* this round's drafter time, per drafted request */
     /* the round's events */
     dsp_event *ev;
     size_t n_ev, ev_cap;
@@ -113,5 +144,24 @@ dsp_status dsp_engine_submit_drafter(dsp_engine *e, const int32_t *prompt, size_
                                      void *user, dsp_req_id *id);
 /* end-of-generation token (eos, eot, <|im_end|>, ...) */
 bool dsp_engine_is_eog(const dsp_model *m, int32_t tok);
+
+/* ---- drafting (draft.c) ---- */
+
+/* Load and attach the block drafter of p->draft_model (after the forward exists). */
+dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path);
+/* KV bytes per token the drafter adds (engine sizing), 0 without one. */
+uint64_t dsp_engine_draft_kv_bytes(const dsp_block_drafter *bd);
+/* Submit-time checks and setup of r's speculation (mode, drafter, q, RNG). */
+dsp_status dsp_engine_draft_setup(dsp_engine *e, dsp_req *r, dsp_drafter *drafter);
+/* Positions past the committed length a request may write (the drafter's block): KV promise. */
+uint32_t dsp_engine_draft_slack(const dsp_engine *e, const dsp_req *r);
+/* Before the layout: every decoding request's drafts for this round (r->k, r->draft). */
+dsp_status dsp_engine_draft_round(dsp_engine *e);
+/* The round's target forward plus the drafter's context step over the same rows; with argmax,
+ * only the rows' argmax comes back (e->argmax), not their logits. */
+dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax);
+/* After r's verification: acceptance statistics, the trace, how many were kept. emitted: tokens
+ * of out actually committed (a stop can cut the round). */
+void dsp_engine_draft_done(dsp_engine *e, dsp_req *r, int32_t k, const int32_t *out, int32_t n_out, int32_t emitted);
 
 #endif

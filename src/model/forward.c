@@ -62,6 +62,8 @@ int dsp_fwd_max_batch(const dsp_fwd *f) { return f->max_tokens; }
 int dsp_fwd_max_logits(const dsp_fwd *f) { return f->max_logits; }
 int dsp_fwd_n_vocab(const dsp_fwd *f) { return f->hp->n_vocab; }
 int dsp_fwd_n_embd(const dsp_fwd *f) { return f->hp->n_embd; }
+const dsp_bweight *dsp_fwd_embd(const dsp_fwd *f) { return f->tok_embd; }
+const dsp_bweight *dsp_fwd_output(const dsp_fwd *f) { return f->output; }
 
 dsp_status dsp_fwd_seq_init(dsp_fwd *f, dsp_kv_seq *s) { return dsp_kv_seq_init(s, f->n_ctx, f->kv.block_tokens, 0); }
 

@@ -60,6 +60,10 @@ uint32_t dsp_fwd_n_ctx(const dsp_fwd *f);
 int dsp_fwd_max_batch(const dsp_fwd *f);
 int dsp_fwd_n_vocab(const dsp_fwd *f);
 int dsp_fwd_n_embd(const dsp_fwd *f);
+/* The token embedding and the output matrix as the backend holds them (block drafters share
+ * them instead of uploading them again). */
+const dsp_bweight *dsp_fwd_embd(const dsp_fwd *f);
+const dsp_bweight *dsp_fwd_output(const dsp_fwd *f);
 dsp_status dsp_fwd_seq_init(dsp_fwd *f, dsp_kv_seq *s); /* empty sequence with capacity n_ctx (salt 0) */
 
 /* Run the batch. Preconditions are checked (bad input is an error, nothing is changed): ids in

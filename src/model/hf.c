@@ -286,34 +286,30 @@ static dsp_status permute_qk(dsp_model *m, const dsp_tensor **t, int n_head, siz
     return DSP_OK;
 }
 
-static dsp_status bind_weights(dsp_model *m, const arch_row *arch, const hf_rope *rope, bool tied) {
+/* llama3/yarn RoPE scaling as a per-frequency divisor vector (an owned tensor) */
+static dsp_status bind_rope_freqs(dsp_model *m, const hf_rope *rope) {
+    dsp_hparams *hp = &m->hp;
+    if (strcmp(rope->type, "llama3") && strcmp(rope->type, "yarn")) return DSP_OK;
+    dsp_tensor like = {.n_dims = 1, .ne = {(uint64_t)hp->rope_dim / 2, 1, 1, 1}, .type = DSP_F32, .n_elems = (uint64_t)hp->rope_dim / 2};
+    dsp_tensor *f = dsp_model_own_tensor(m, &like, "rope_freqs.weight", DSP_F32, (size_t)hp->rope_dim / 2 * sizeof(float));
+    if (!f) return DSP_ERR_NOMEM;
+    rope_divisors(rope, hp, (float *)f->data);
+    m->w.rope_freqs = f;
+    return DSP_OK;
+}
+
+/* The decoder layers `<prefix>layers.N.*` (prefix "model." for a model, "" for a drafter). */
+static dsp_status bind_layers(dsp_model *m, const char *prefix, bool permute) {
     dsp_hparams *hp = &m->hp;
     dsp_weights *w = &m->w;
-    memset(w, 0, sizeof *w);
     dsp_status st;
-    if ((st = dsp_model_own_reserve(m, 24 * hp->n_layer + 16))) return st;
-    if ((st = mat(m, "model.embed_tokens.weight", hp->n_embd, hp->n_vocab, false, &w->tok_embd)) ||
-        (st = vec_f32(m, "model.norm.weight", hp->n_embd, false, &w->out_norm)) ||
-        (st = mat(m, "lm_head.weight", hp->n_embd, hp->n_vocab, tied, &w->output)))
-        return st;
-    if (tied || !w->output) {
-        if (!tied) return dsp_error(DSP_ERR_FORMAT, "tensor 'lm_head.weight' is missing (tie_word_embeddings is false)");
-        w->output = w->tok_embd;
-    }
-    if (strcmp(rope->type, "llama3") == 0 || strcmp(rope->type, "yarn") == 0) {
-        dsp_tensor like = {.n_dims = 1, .ne = {(uint64_t)hp->rope_dim / 2, 1, 1, 1}, .type = DSP_F32, .n_elems = (uint64_t)hp->rope_dim / 2};
-        dsp_tensor *f = dsp_model_own_tensor(m, &like, "rope_freqs.weight", DSP_F32, (size_t)hp->rope_dim / 2 * sizeof(float));
-        if (!f) return DSP_ERR_NOMEM;
-        rope_divisors(rope, hp, (float *)f->data);
-        w->rope_freqs = f;
-    }
     w->layers = calloc((size_t)hp->n_layer, sizeof *w->layers);
     if (!w->layers) return dsp_error(DSP_ERR_NOMEM, "no memory");
     int64_t E = hp->n_embd, q_dim = hp->q_dim, kv_dim = hp->kv_dim;
     for (int l = 0; l < hp->n_layer; l++) {
         dsp_layer_weights *L = &w->layers[l];
-        char n[128];
-#define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), n)
+        char n[160];
+#define NAME(suffix) (snprintf(n, sizeof n, "%slayers.%d.%s", prefix, l, suffix), n)
         const dsp_tensor *bo = NULL;
         if ((st = vec_f32(m, NAME("input_layernorm.weight"), E, false, &L->attn_norm)) ||
             (st = mat(m, NAME("self_attn.q_proj.weight"), E, q_dim, false, &L->wq)) ||
@@ -335,7 +331,7 @@ static dsp_status bind_weights(dsp_model *m, const arch_row *arch, const hf_rope
                             (st = vec_f32(m, NAME("self_attn.k_norm.weight"), hp->head_dim, false, &L->k_norm))))
             return st;
 #undef NAME
-        if (arch->permute_qk) {
+        if (permute) {
             if ((st = permute_qk(m, &L->wq, hp->n_head, dsp_dtype_row_bytes(L->wq->type, (uint64_t)E))) ||
                 (st = permute_qk(m, &L->wk, hp->n_head_kv, dsp_dtype_row_bytes(L->wk->type, (uint64_t)E))))
                 return st;
@@ -344,6 +340,47 @@ static dsp_status bind_weights(dsp_model *m, const arch_row *arch, const hf_rope
         }
     }
     return DSP_OK;
+}
+
+static dsp_status bind_weights(dsp_model *m, const arch_row *arch, const hf_rope *rope, bool tied) {
+    dsp_hparams *hp = &m->hp;
+    dsp_weights *w = &m->w;
+    memset(w, 0, sizeof *w);
+    dsp_status st;
+    if ((st = dsp_model_own_reserve(m, 24 * hp->n_layer + 16))) return st;
+    if ((st = mat(m, "model.embed_tokens.weight", hp->n_embd, hp->n_vocab, false, &w->tok_embd)) ||
+        (st = vec_f32(m, "model.norm.weight", hp->n_embd, false, &w->out_norm)) ||
+        (st = mat(m, "lm_head.weight", hp->n_embd, hp->n_vocab, tied, &w->output)))
+        return st;
+    if (tied || !w->output) {
+        if (!tied) return dsp_error(DSP_ERR_FORMAT, "tensor 'lm_head.weight' is missing (tie_word_embeddings is false)");
+        w->output = w->tok_embd;
+    }
+    if ((st = bind_rope_freqs(m, rope))) return st;
+    return bind_layers(m, "model.", arch->permute_qk);
+}
+
+dsp_status dsp_hf_load_stack(dsp_model *m, const json_t *cfg, const char *prefix, int extra_own) {
+    hf_rope rope;
+    const arch_row *arch = NULL;
+    dsp_status st = read_hparams(m, cfg, &m->hp, &rope, &arch);
+    if (st) return st;
+    /* the stack's own RoPE is rotate-half whatever the model type says (DFlash/DSpark layers) */
+    m->hp.rope_neox = true;
+    char probe[160];
+    snprintf(probe, sizeof probe, "%slayers.0.self_attn.q_norm.weight", prefix);
+    m->hp.qk_norm = arch->qk_norm || dsp_st_find(m->st, probe);
+    memset(&m->w, 0, sizeof m->w);
+    if ((st = dsp_model_own_reserve(m, 24 * m->hp.n_layer + 16 + extra_own)) || (st = bind_rope_freqs(m, &rope))) return st;
+    return bind_layers(m, prefix, false);
+}
+
+dsp_status dsp_hf_vec(dsp_model *m, const char *name, int64_t n, bool optional, const dsp_tensor **out) {
+    return vec_f32(m, name, n, optional, out);
+}
+
+dsp_status dsp_hf_mat(dsp_model *m, const char *name, int64_t in, int64_t out_f, bool optional, const dsp_tensor **out) {
+    return mat(m, name, in, out_f, optional, out);
 }
 
 /* ---- tokenizer, templates, generation config ------------------------------------------------- */

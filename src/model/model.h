@@ -8,6 +8,7 @@
 
 #include "dspark.h"
 #include "io/gguf.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "model/arch.h"
 #include "tok/tok.h"
@@ -60,6 +61,17 @@ dsp_status dsp_model_own_reserve(dsp_model *m, int cap);
 /* A Hugging Face model directory (hf.c): config.json, safetensors, tokenizer.json,
  * tokenizer_config.json, chat_template.jinja, generation_config.json. */
 dsp_status dsp_hf_load(dsp_model *m, const char *dir, const dsp_model_params *p);
+/* A block drafter's decoder stack (spec/block_load.c): config.json's hyper-parameters and RoPE
+ * (rope_theta / rope_scaling or rope_parameters) into m->hp, and the layers `<prefix>layers.N.*`
+ * bound and checked into m->w.layers (norms and biases widened to F32, as for a model; never
+ * permuted: the stack's RoPE is rotate-half). m->st must be open. extra_own: owned tensors the
+ * caller will add (dsp_hf_vec of non-F32 vectors). */
+dsp_status dsp_hf_load_stack(dsp_model *m, const json_t *cfg, const char *prefix, int extra_own);
+/* One tensor of m->st, shape- and type-checked as the loader does: a vector of n (as F32, owned
+ * when widened), or a matrix [out_f, in] (PyTorch order) of F32/F16/BF16. optional: *out = NULL
+ * when absent. */
+dsp_status dsp_hf_vec(dsp_model *m, const char *name, int64_t n, bool optional, const dsp_tensor **out);
+dsp_status dsp_hf_mat(dsp_model *m, const char *name, int64_t in, int64_t out_f, bool optional, const dsp_tensor **out);
 /* Replace F32/F16/BF16 matrices by `type` (Q8_0, Q4_0) at load (quantize.c). */
 dsp_status dsp_model_quantize(dsp_model *m, uint32_t type, int n_threads, bool progress);
 /* dsp_model_load from a GGUF image in memory (tests, fuzzers); data must outlive the model and

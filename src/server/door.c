@@ -438,12 +438,13 @@ static void on_readable(dsp_srv_door *d, int i, short revents) {
             dsp_srv_engine_stats es = d->s->engine_stats;
             int queued = d->s->q_len;
             pthread_mutex_unlock(&d->s->q_mu);
-            char body[512];
+            char body[1600];
             snprintf(body, sizeof body,
                      "{\"status\":\"%s\",\"requests_running\":%u,\"requests_waiting\":%u,\"kv_blocks\":%llu,\"kv_blocks_used\":%llu,"
-                     "\"kv_blocks_cached\":%llu,\"block_tokens\":%u,\"peak_batch\":%u}",
+                     "\"kv_blocks_cached\":%llu,\"block_tokens\":%u,\"peak_batch\":%u,\"speculation\":%s}",
                      draining ? "shutting down" : "ok", es.running, es.waiting + (unsigned)queued, (unsigned long long)es.kv_blocks_total,
-                     (unsigned long long)es.kv_blocks_used, (unsigned long long)es.kv_blocks_cached, es.block_tokens, es.peak_running);
+                     (unsigned long long)es.kv_blocks_used, (unsigned long long)es.kv_blocks_cached, es.block_tokens, es.peak_running,
+                     d->s->spec_json[0] ? d->s->spec_json : "null");
             send_reply(p->fd, draining ? 503 : 200, body, !strcmp(h.method, "HEAD"), draining ? 5 : 0);
             linger_close(d, p->fd);
             pend_remove(d, i, true);

@@ -433,8 +433,10 @@ void dsp_srv_req_begin(dsp_srv *s, dsp_srv_req *r, dsp_srv_kind kind) {
     dsp_gen_params *gp = &r->gp;
     gp->temperature = 1.0f;
     gp->top_p = 1.0f;
-    gp->mode = s->cfg.mode;
-    if (s->cfg.max_draft > 0) gp->max_draft = s->cfg.max_draft;
+    const dsp_gen_params *spec = &s->cfg.spec;
+    gp->mode = spec->mode, gp->max_draft = spec->max_draft, gp->lookup_min_n = spec->lookup_min_n, gp->lookup_max_n = spec->lookup_max_n;
+    gp->dspark_threshold = spec->dspark_threshold, gp->dspark_cumulative = spec->dspark_cumulative, gp->hybrid_min = spec->hybrid_min;
+    gp->draft_sample = spec->draft_sample;
     uint64_t x = s->id_salt ^ (n * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)dsp_srv_now_ms();
     gp->seed = splitmix(&x);
     gp->logprobs = -1;
@@ -552,16 +554,15 @@ bool dsp_srv_parse_request(dsp_srv *s, dsp_srv_kind kind, const char *body, size
     json_t *dm = field(root, "dspark_mode"); /* extension: this request's speculation mode */
     if (dm) {
         const char *m = json_string_value(dm);
-        if (m && !strcmp(m, "auto")) gp->mode = DSP_SPEC_AUTO;
-        else if (m && !strcmp(m, "lookup")) gp->mode = DSP_SPEC_LOOKUP;
-        else if (m && !strcmp(m, "baseline")) gp->mode = DSP_SPEC_BASELINE;
-        else {
-            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "dspark_mode", "'dspark_mode' must be 'auto', 'lookup' or 'baseline'");
+        if (!m || !dsp_spec_mode_from_string(m, &gp->mode)) {
+            dsp_srv_fail(e, DSP_ERR_INVALID_ARG, "dspark_mode", "'dspark_mode' must be 'auto', 'dspark', 'dflash', 'hybrid', 'lookup' or 'baseline'");
             goto out;
         }
     }
-    if (!get_int(root, "dspark_max_draft", 1, DSP_MAX_DRAFT, &v, &have, e)) goto out; /* extension */
-    if (have) gp->max_draft = (int32_t)v;
+    json_t *dmd = field(root, "dspark_max_draft"); /* extension: a number, or "auto" */
+    if (dmd && json_is_string(dmd) && !strcmp(json_string_value(dmd), "auto")) gp->max_draft = DSP_DRAFT_AUTO;
+    else if (!get_int(root, "dspark_max_draft", 1, DSP_MAX_DRAFT, &v, &have, e)) goto out;
+    else if (have) gp->max_draft = (int32_t)v;
 
     /* length */
     long long mt = s->cfg.default_max_tokens, mct = 0;
@@ -996,6 +997,21 @@ char *dsp_srv_stream_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out 
     return b.p;
 }
 
+void dsp_srv_spec_json(dsp_srv *s) {
+    const dsp_gen_params *sp = &s->cfg.spec;
+    dsp_drafter_info di;
+    json_t *d = json_null();
+    if (dsp_engine_drafter_info(s->engine, &di))
+        d = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:b}", "path", di.path, "kind", di.kind, "layout", di.layout, "block", di.block,
+                      "drafts_per_block", di.n_draft, "layers", di.n_layers, "markov_rank", di.markov_rank, "confidence_head", di.confidence_head);
+    json_t *j = json_pack("{s:s, s:o, s:o}", "mode", dsp_spec_mode_to_string(dsp_engine_resolve_mode(s->engine, sp->mode)), "max_draft",
+                          sp->max_draft == DSP_DRAFT_AUTO ? json_string("auto") : json_integer(sp->max_draft), "drafter", d ? d : json_null());
+    char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    snprintf(s->spec_json, sizeof s->spec_json, "%s", txt ? txt : "null");
+    free(txt);
+    json_decref(j);
+}
+
 char *dsp_srv_models_json(dsp_srv *s, const char *only) {
     const char *ids[DSP_SRV_MAX_ALIASES + 1];
     int n = 0;
@@ -1005,6 +1021,8 @@ char *dsp_srv_models_json(dsp_srv *s, const char *only) {
     json_t *data = json_array(), *one = NULL;
     for (int i = 0; i < n; i++) {
         json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", ids[i], "object", "model", "created", (json_int_t)s->created, "owned_by", "dspark");
+        json_t *sj = json_loads(s->spec_json, 0, NULL);
+        if (sj) json_object_set_new(m, "speculation", sj);
         if (only && !one && dsp_srv_model_known(s, only)) {
             json_object_set_new(m, "id", json_string(only));
             one = m;

@@ -25,7 +25,8 @@ void dsp_srv_config_default(dsp_srv_config *c) {
     c->max_connections_per_client = 32;
     c->shutdown_timeout_s = 10;
     c->max_connections = 256;
-    c->mode = DSP_SPEC_AUTO;
+    c->spec = dsp_gen_default_params();
+    c->spec.mode = DSP_SPEC_AUTO;
     c->cp = dsp_engine_default_params();
     c->cp.max_batch = 8;
 }
@@ -104,13 +105,20 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     snprintf(s->model_id, sizeof s->model_id, "%s", cfg->n_aliases ? cfg->aliases[0] : s->file_id);
     snprintf(s->fingerprint, sizeof s->fingerprint, "dspark-%s-%s", DSP_VERSION, DSP_GIT_COMMIT);
 
+    dsp_srv_spec_json(s);
+    if (cfg->spec.max_draft == DSP_DRAFT_AUTO && cfg->spec.mode != DSP_SPEC_BASELINE) { /* now, not on the first request */
+        dsp_spec_profile prof;
+        if (dsp_engine_profile(s->engine, &prof) == DSP_OK)
+            fprintf(stderr, "dspark serve: --max-draft auto: 1-row forward %.2f ms, drafter %.2f of it per block (%s)\n", prof.one_row_ms,
+                    (double)prof.draft_rel, prof.cached ? prof.cache_path : "measured now");
+    }
     if ((st = dsp_srv_sched_start(s))) {
         fprintf(stderr, "dspark serve: starting the engine: %s\n", dsp_last_error());
         return st;
     }
     if ((st = dsp_srv_http_start(s))) return st;
-    fprintf(stderr, "dspark serve: model '%s' (%s, %u-token context, speculation %s, tool calls: %s) loaded in %.1f s\n", s->model_id,
-            info.arch, s->n_ctx, dsp_spec_mode_to_string(cfg->mode), dsp_srv_tool_family_name(s->tool_family), (dsp_srv_now_ms() - t0) / 1e3);
+    fprintf(stderr, "dspark serve: model '%s' (%s, %u-token context, tool calls: %s) loaded in %.1f s; speculation %s\n", s->model_id, info.arch,
+            s->n_ctx, dsp_srv_tool_family_name(s->tool_family), (dsp_srv_now_ms() - t0) / 1e3, s->spec_json);
     fprintf(stderr, "dspark serve: listening on http://%s%s%s:%d (OpenAI API under /v1)\n", strchr(cfg->host, ':') ? "[" : "", cfg->host,
             strchr(cfg->host, ':') ? "]" : "", s->port);
     return DSP_OK;

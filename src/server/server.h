@@ -59,9 +59,9 @@ typedef struct dsp_srv_config {
     double shutdown_timeout_s;   /* on SIGINT/SIGTERM in-flight requests get this long to finish */
     int max_connections;         /* open at most (waiting for a request + being served) */
     int max_connections_per_client; /* from one address at most */
-    dsp_spec_mode mode;          /* speculation default for every request */
     bool no_thinking;            /* enable_thinking defaults to false (--no-thinking) */
-    int32_t max_draft;           /* 0 = the library's default */
+    dsp_gen_params spec;         /* speculation every request starts from: mode, max_draft, dspark_threshold,
+                                  * hybrid_min, draft_sample, lookup sizes (other fields unused) */
     dsp_engine_params cp;        /* max_batch, batch_tokens, kv_memory, prefix cache, device ... */
 } dsp_srv_config;
 
@@ -278,6 +278,7 @@ struct dsp_srv {
     char model_id[256];          /* the name clients use: first alias, else the file's base name */
     char file_id[256];           /* the file's base name without .gguf (also accepted) */
     char fingerprint[64];
+    char spec_json[1024];        /* {"mode": ..., "max_draft": ..., "drafter": {...} | null}: /health, /v1/models */
     char *template_src;          /* --chat-template contents */
     dsp_srv_tool_family tool_family; /* of the chat template in use */
     int64_t created;
@@ -384,6 +385,8 @@ char *dsp_srv_stream_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out 
 char *dsp_srv_anthropic_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, dsp_srv_cursor *cur, size_t *len);
 char *dsp_srv_responses_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, dsp_srv_cursor *cur, size_t *len);
 char *dsp_srv_models_json(dsp_srv *s, const char *only);
+/* s->spec_json from the configuration and the engine (after the engine exists) */
+void dsp_srv_spec_json(dsp_srv *s);
 /* Text of a message content: a string, or an array of parts whose type is one of types (NULL-ended). */
 json_t *dsp_srv_text_parts(json_t *content, const char *pname, const char *const *types, dsp_srv_error *e);
 /* The function name of the tool call with this id in converted messages, or NULL. */

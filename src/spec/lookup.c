@@ -56,6 +56,7 @@ typedef struct lookup {
     uint32_t n_indexed;   /* tokens[0, n_indexed) are indexed */
     int32_t k_cur;        /* current draft length cap */
     int32_t last_match;   /* n of the last proposal's match */
+    int32_t last_len;     /* how far that match reaches back (up to 32 tokens) */
 } lookup;
 
 static uint64_t ngram_hash(const int32_t *t, int32_t n) {
@@ -110,12 +111,11 @@ static int32_t lk_propose(dsp_drafter *d, const int32_t *tokens, uint32_t n, int
         if ((uint32_t)g >= n) continue;
         uint32_t pos = find(L, tokens, n, g);
         if (!pos) continue;
-        if (L->p.adaptive) {
-            /* how far the match really reaches back (bounded: O(1)); a short match drafts little */
-            uint32_t ext = (uint32_t)g;
-            while (ext < 32 && ext < pos && tokens[pos - 1 - ext] == tokens[n - 1 - ext]) ext++;
-            if ((int64_t)k > 2 * (int64_t)ext) k = (int32_t)(2 * ext);
-        }
+        /* how far the match really reaches back (bounded: O(1)); a short match drafts little */
+        uint32_t ext = (uint32_t)g;
+        while (ext < 32 && ext < pos && tokens[pos - 1 - ext] == tokens[n - 1 - ext]) ext++;
+        if (L->p.adaptive && (int64_t)k > 2 * (int64_t)ext) k = (int32_t)(2 * ext);
+        L->last_len = (int32_t)ext;
         for (int32_t i = 0; i < k; i++) {
             uint32_t src = pos + (uint32_t)i;
             draft[i] = src < n ? tokens[src] : draft[src - n];
@@ -144,6 +144,7 @@ static void lk_reset(dsp_drafter *d) {
     L->n_indexed = 0;
     L->k_cur = L->p.max_draft;
     L->last_match = 0;
+    L->last_len = 0;
 }
 
 static void lk_destroy(dsp_drafter *d) {
@@ -181,3 +182,4 @@ dsp_status dsp_lookup_create(const dsp_lookup_params *p, dsp_drafter **out) {
 }
 
 int32_t dsp_lookup_last_match(const dsp_drafter *d) { return ((const lookup *)d)->last_match; }
+int32_t dsp_lookup_last_len(const dsp_drafter *d) { return ((const lookup *)d)->last_len; }

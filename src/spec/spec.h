@@ -20,6 +20,11 @@
  * A drafter never sees rejected drafts as committed, so it needs no rollback of its own beyond
  * what it chooses to keep about its last proposal.
  *
+ * This per-request interface serves drafters that run on the host (prompt lookup, tests' drafters).
+ * Block drafters (DFlash, DSpark: spec/block.h) are models: one is loaded per engine, keeps its K/V
+ * in a backend KV store beside the target's, and drafts for all requests of a round in one batched
+ * forward (engine/draft.c); the verifier below is the same for both.
+ *
  * Verifier (dsp_spec_verify): a pure function of (logits rows, draft, q, history, params, rng).
  * For each position i the processed target distribution p_i is computed by the same sampler as
  * plain decoding, on the hypothetical history committed + d1..di, so every logit processor
@@ -48,7 +53,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DSP_SPEC_MAX_TAPS 8
+#define DSP_SPEC_MAX_TAPS 16
 
 typedef struct dsp_drafter dsp_drafter;
 
@@ -108,6 +113,9 @@ dsp_status dsp_lookup_create(const dsp_lookup_params *p, dsp_drafter **out);
 
 /* Introspection for tests and statistics: the match length (n) of the last non-empty proposal. */
 int32_t dsp_lookup_last_match(const dsp_drafter *d);
+/* How many tokens before the cursor that match agrees with (n or more, up to 32): hybrid mode
+ * uses the lookup proposal instead of the block drafter when it is long enough. */
+int32_t dsp_lookup_last_len(const dsp_drafter *d);
 
 /* ---- verifier --------------------------------------------------------------------------------- */
 

@@ -1,0 +1,478 @@
+/* engine/draft: the drafting part of the round loop (DESIGN.md §1 step 2; see engine.h).
+ *
+ * Per round, before the layout: every decoding request gets its proposal. A request's own drafter
+ * (prompt lookup, or a test's) proposes on the host; requests that draft with the engine's block
+ * drafter (dflash, dspark, hybrid when lookup has no long match) are drafted together, in one block
+ * forward (chunks of max_breqs requests); DSpark's confidence truncation and the max-draft cap or
+ * --max-draft auto's choice then decide how many drafts each request verifies. After the target
+ * forward, the block drafter's context step writes its K/V for every row of that forward
+ * (block.h), so the drafter's cache always covers exactly what the target's does.
+ *
+ * --max-draft auto (spec/cost.h): the engine's cost profile is measured on first use (or read from
+ * the cache). Before drafting, a request runs the block drafter only if, with its acceptance
+ * estimate, verifying at least one draft is expected to pay for the drafter's cost; after
+ * drafting, the round's draft lengths are chosen together over all decoding requests. */
+#include "engine/engine.h"
+
+#include "core/log.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#ifndef DSP_LIB_VERSION
+#define DSP_LIB_VERSION "dev"
+#endif
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+uint64_t dsp_engine_draft_kv_bytes(const dsp_block_drafter *bd) {
+    if (!bd) return 0;
+    const dsp_block_info *in = dsp_block_get_info(bd);
+    return 2ull * (uint64_t)in->n_layers * (uint64_t)in->n_head_kv * (uint64_t)in->head_dim * sizeof(float);
+}
+
+dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path) {
+    (void)path;
+    const dsp_block_info *in = e->bdi;
+    e->max_breqs = e->max_batch < 8 ? e->max_batch : 8;
+    e->breqs = calloc((size_t)e->max_batch, sizeof *e->breqs);
+    if (!e->breqs) return dsp_error(DSP_ERR_NOMEM, "no memory");
+    dsp_block_limits lim = {e->batch_tokens, e->max_breqs, e->n_ctx};
+    dsp_status st = dsp_block_attach(e->bd, e->be, e->kv, in->shares_embd ? dsp_fwd_embd(e->fwd) : NULL,
+                                     in->shares_head ? dsp_fwd_output(e->fwd) : NULL, &lim);
+    if (st) return st;
+    DSP_LOGD("drafter %s: %s %s, block %d (%d drafts), %d layers, taps [%d..%d] (%d), %s%s", in->path, in->layout_name,
+             in->dspark ? "DSpark" : "DFlash", in->block, in->n_draft, in->n_layers, in->tap_layers[0], in->tap_layers[in->n_taps - 1],
+             in->n_taps, in->shares_embd && in->shares_head ? "embedding and LM head shared with the target" : "own embedding/LM head",
+             in->markov_rank ? ", Markov head" : "");
+    return DSP_OK;
+}
+
+bool dsp_engine_drafter_info(const dsp_engine *e, dsp_drafter_info *out) {
+    memset(out, 0, sizeof *out);
+    if (!e->bd) return false;
+    const dsp_block_info *in = e->bdi;
+    out->path = in->path;
+    out->kind = in->dspark ? "dspark" : "dflash";
+    out->layout = in->layout_name;
+    out->block = in->block;
+    out->n_draft = in->n_draft;
+    out->n_layers = in->n_layers;
+    out->n_taps = in->n_taps;
+    for (int i = 0; i < in->n_taps && i < 16; i++) out->tap_layers[i] = in->tap_layers[i];
+    out->mask_token = in->mask_token;
+    out->markov_rank = in->markov_rank;
+    out->confidence_head = in->confidence;
+    out->shares_embedding = in->shares_embd;
+    out->shares_lm_head = in->shares_head;
+    out->n_params = in->n_params;
+    return true;
+}
+
+dsp_spec_mode dsp_engine_resolve_mode(const dsp_engine *e, dsp_spec_mode m) {
+    if (m != DSP_SPEC_AUTO) return m;
+    if (!e->bd) return DSP_SPEC_LOOKUP;
+    return e->bdi->dspark ? DSP_SPEC_DSPARK : DSP_SPEC_DFLASH;
+}
+
+/* ---- per request ---------------------------------------------------------------------------- */
+
+dsp_status dsp_engine_draft_setup(dsp_engine *e, dsp_req *r, dsp_drafter *drafter) {
+    const dsp_gen_params *p = &r->p;
+    r->mode = dsp_engine_resolve_mode(e, p->mode);
+    r->bslot = -1;
+    for (int b = 0; b < DSP_ACCEPT_BUCKETS; b++) dsp_accept_init(&r->acc[b]);
+    dsp_rng_seed(&r->drng, p->seed ^ 0x5DEECE66DULL);
+    bool block = r->mode == DSP_SPEC_DFLASH || r->mode == DSP_SPEC_DSPARK || r->mode == DSP_SPEC_HYBRID;
+    if (block && !e->bd)
+        return dsp_error(DSP_ERR_INVALID_ARG, "mode %s needs a block drafter: start the engine with a draft model (--draft-model)",
+                         dsp_spec_mode_to_string(r->mode));
+    if (r->mode == DSP_SPEC_DSPARK && !e->bdi->dspark)
+        return dsp_error(DSP_ERR_INVALID_ARG, "mode dspark needs a DSpark drafter; %s is a DFlash drafter (no Markov or confidence head): use mode dflash",
+                         e->bdi->path);
+    dsp_status st = DSP_OK;
+    if (drafter) {
+        r->drafter = drafter;
+    } else if (r->mode == DSP_SPEC_LOOKUP || r->mode == DSP_SPEC_HYBRID) {
+        int32_t cap = p->max_draft == DSP_DRAFT_AUTO ? DSP_MAX_DRAFT : p->max_draft;
+        dsp_lookup_params lp = {p->lookup_min_n, p->lookup_max_n, cap, e->n_ctx, true};
+        st = dsp_lookup_create(&lp, &r->drafter);
+        r->own_drafter = true;
+    }
+    r->block = block && !drafter;
+    if (!st && r->drafter) dsp_drafter_reset(r->drafter);
+    bool want_q = (r->drafter && r->drafter->supplies_q) || (r->block && p->draft_sample && p->temperature > 0);
+    size_t q_rows = r->drafter && r->drafter->supplies_q ? DSP_MAX_DRAFT : (size_t)(e->bd ? e->bdi->n_draft : 0);
+    if (!st && want_q && !(r->q = malloc(sizeof(float) * (size_t)e->n_vocab * q_rows))) st = dsp_error(DSP_ERR_NOMEM, "no memory");
+    if (!st && r->drafter && r->drafter->n_taps > 0) { /* host taps: one tap-layer set per engine */
+        const int32_t *want = e->bd ? e->bdi->tap_layers : e->tap_layers;
+        int n_want = e->bd ? e->bdi->n_taps : e->n_taps;
+        if (n_want && (n_want != r->drafter->n_taps || memcmp(want, r->drafter->tap_layers, sizeof(int32_t) * (size_t)n_want)))
+            st = dsp_error(DSP_ERR_UNSUPPORTED, "drafters with different tap layers cannot share an engine");
+        else if (!e->taps && !(e->taps = malloc(sizeof(float) * (size_t)e->batch_tokens * DSP_SPEC_MAX_TAPS * (size_t)e->n_embd)))
+            st = dsp_error(DSP_ERR_NOMEM, "no memory for hidden-state taps");
+        else {
+            e->n_taps = r->drafter->n_taps;
+            memcpy(e->tap_layers, r->drafter->tap_layers, sizeof(int32_t) * (size_t)e->n_taps);
+        }
+    }
+    return st;
+}
+
+uint32_t dsp_engine_draft_slack(const dsp_engine *e, const dsp_req *r) { return r->block ? (uint32_t)e->bdi->block : 0; }
+
+/* ---- the cost profile ----------------------------------------------------------------------- */
+
+/* The fastest of the repeats: other processes only ever add time (the machines are shared), so the
+ * minimum estimates the cost on a quiet machine better than the median. */
+static double fastest(const double *v, int n) {
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        if (v[i] < m) m = v[i];
+    return m;
+}
+
+/* Feed tokens [from, to) of a dummy sequence (no logits) */
+static dsp_status fill(dsp_engine *e, dsp_kv_seq *s, uint32_t from, uint32_t to) {
+    for (uint32_t at = from; at < to;) {
+        int n = (int)(to - at < (uint32_t)e->batch_tokens ? to - at : (uint32_t)e->batch_tokens);
+        for (int i = 0; i < n; i++) e->btok[i] = (int32_t)(((at + (uint32_t)i) * 7919u + 13u) % (uint32_t)e->n_vocab), e->bpos[i] = (int32_t)(at + (uint32_t)i), e->bseq[i] = 0;
+        e->bseqs[0] = s;
+        dsp_status st = dsp_engine_forward(e, n, 1, 0, false, false);
+        if (st) return st;
+        at += (uint32_t)n;
+    }
+    return DSP_OK;
+}
+
+/* the time of an n-row forward after the sequence's context (logits for every row, as a verify) */
+static dsp_status time_rows(dsp_engine *e, dsp_kv_seq *s, int n, double *ms) {
+    uint32_t L = s->n_tokens;
+    int nl = n < e->max_rows ? n : e->max_rows;
+    for (int i = 0; i < n; i++) e->btok[i] = (int32_t)((L + (uint32_t)i) % (uint32_t)e->n_vocab), e->bpos[i] = (int32_t)L + i, e->bseq[i] = 0;
+    for (int i = 0; i < nl; i++) e->brow[i] = n - nl + i;
+    e->bseqs[0] = s;
+    double t0 = now_ms();
+    dsp_status st = dsp_engine_forward(e, n, 1, nl, false, false);
+    *ms = now_ms() - t0;
+    dsp_kv_seq_truncate(e->kv, s, L);
+    return st;
+}
+
+static dsp_status measure(dsp_engine *e, dsp_spec_profile *p) {
+    static const int grid[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 33, 48, 64, 96, 128, 192, 256, 384, 512};
+    const int reps = 5;
+    uint32_t L0 = e->n_ctx / 8 < 256 ? e->n_ctx / 8 : 256, L1 = e->n_ctx / 2 < 4 * L0 ? e->n_ctx / 2 : 4 * L0;
+    int max_rows = e->max_batch * (1 + 8) > 1 + DSP_MAX_DRAFT ? e->max_batch * (1 + 8) : 1 + DSP_MAX_DRAFT;
+    if (max_rows > e->batch_tokens) max_rows = e->batch_tokens;
+    if ((uint32_t)max_rows + 1 > e->n_ctx - L1) max_rows = (int)(e->n_ctx - L1) - 1;
+    if (L0 < 16 || max_rows < 2) return dsp_error(DSP_ERR_RANGE, "the context (%u tokens) is too short to profile", e->n_ctx);
+    memset(p, 0, sizeof *p);
+    for (size_t g = 0; g < sizeof grid / sizeof grid[0] && p->n < DSP_PROFILE_MAX && grid[g] <= max_rows; g++) p->rows[p->n++] = grid[g];
+    dsp_kv_seq s;
+    dsp_status st = dsp_fwd_seq_init(e->fwd, &s);
+    if (st) return st;
+    double t[DSP_PROFILE_MAX][8], t1[8], tc[8];
+    if (!(st = fill(e, &s, 0, L0))) {
+        double w;
+        for (int i = 0; i < p->n && !st; i++) st = time_rows(e, &s, p->rows[i], &w); /* warm-up */
+        for (int rep = 0; rep < reps && !st; rep++)
+            for (int i = 0; i < p->n && !st; i++) {
+                double c0 = e->st.draft_ms;
+                st = time_rows(e, &s, p->rows[i], &t[i][rep]);
+                if (i == 0) tc[rep] = e->st.draft_ms - c0; /* the drafter's context step in a 1-row forward */
+            }
+    }
+    if (!st && !(st = fill(e, &s, L0, L1)))
+        for (int rep = 0; rep < reps && !st; rep++) st = time_rows(e, &s, 1, &t1[rep]);
+    if (!st) {
+        double base = fastest(t[0], reps);
+        p->one_row_ms = base;
+        p->ctx_tokens = L0;
+        for (int i = 0; i < p->n; i++) p->rel[i] = (float)(fastest(t[i], reps) / base);
+        p->draft_ctx_rel = e->bd ? (float)(fastest(tc, reps) / base) : 0;
+        for (int i = 1; i < p->n; i++) /* more rows never cost less: noise must not make a deeper draft look free */
+            if (p->rel[i] < p->rel[i - 1]) p->rel[i] = p->rel[i - 1];
+        double slope = (fastest(t1, reps) / base - 1.0) / (double)(L1 - L0);
+        p->ctx_rel_per_key = slope > 0 ? (float)slope : 0;
+    }
+    /* the block drafter: one request's block, then up to 4 requests in one call */
+    if (!st && e->bd) {
+        const dsp_block_info *in = e->bdi;
+        int R = e->max_breqs < 4 ? e->max_breqs : 4;
+        dsp_kv_seq sq[4];
+        int n_init = 0;
+        for (; n_init < R && !st; n_init++) {
+            if ((st = dsp_fwd_seq_init(e->fwd, &sq[n_init]))) break;
+            st = fill(e, &sq[n_init], 0, 32);
+        }
+        double td[2][8];
+        for (int which = 0; which < 2 && !st; which++) {
+            int nr = which ? R : 1;
+            for (int rep = 0; rep <= reps && !st; rep++) {
+                for (int j = 0; j < nr; j++) {
+                    dsp_block_req *q = &e->breqs[j];
+                    memset(q, 0, sizeof *q);
+                    q->kv = &sq[j], q->anchor = 1, q->start = 32, q->n_slots = in->block, q->n_want = in->n_draft;
+                    q->markov = q->confidence = in->dspark;
+                    q->stop_below = -INFINITY;
+                }
+                double t0 = now_ms();
+                st = dsp_block_draft(e->bd, e->breqs, nr);
+                if (rep) td[which][rep - 1] = now_ms() - t0; /* the first is a warm-up */
+                for (int j = 0; j < nr; j++) dsp_kv_seq_truncate(e->kv, &sq[j], 32);
+            }
+        }
+        if (!st) {
+            p->draft_rel = (float)(fastest(td[0], reps) / p->one_row_ms);
+            double per = R > 1 ? (fastest(td[1], reps) - fastest(td[0], reps)) / (R - 1) / p->one_row_ms : p->draft_rel;
+            p->draft_rel_per_req = per > 0 ? (float)per : 0;
+        }
+        for (int j = 0; j < n_init; j++) dsp_kv_seq_free(e->kv, &sq[j]);
+    }
+    dsp_kv_seq_free(e->kv, &s);
+    return st;
+}
+
+static void profile_key(const dsp_engine *e, char *key, size_t cap) {
+    struct stat sb;
+    long long mt = stat(e->m->path, &sb) ? 0 : (long long)sb.st_mtime;
+    snprintf(key, cap, "model=%s:%llu:%lld|drafter=%s:%llu|backend=%s|batch=%d:%d|ctx=%u|version=%s", e->m->path,
+             (unsigned long long)e->m->info.file_size, mt, e->bd ? e->bdi->path : "", e->bd ? (unsigned long long)e->bdi->n_params : 0ull,
+             e->be->desc, e->max_batch, e->batch_tokens, e->n_ctx, DSP_LIB_VERSION);
+}
+
+dsp_status dsp_engine_profile(dsp_engine *e, dsp_spec_profile *out) {
+    if (!e->have_prof) {
+        char key[2048];
+        profile_key(e, key, sizeof key);
+        char path[512];
+        dsp_cost_cache_path(key, path, sizeof path);
+        if (!dsp_cost_cache_read(path, key, &e->prof)) {
+            double t0 = now_ms();
+            dsp_status st = measure(e, &e->prof);
+            if (st) { /* not again: dsp_cost_time's linear guess from now on */
+                DSP_LOGW("the speculation cost profile could not be measured (%s): --max-draft auto uses a guess", dsp_last_error());
+                memset(&e->prof, 0, sizeof e->prof);
+                e->have_prof = true;
+                if (out) *out = e->prof;
+                return st;
+            }
+            dsp_cost_cache_write(path, key, &e->prof);
+            snprintf(e->prof.cache_path, sizeof e->prof.cache_path, "%s", path);
+            DSP_LOGI("speculation cost profile measured in %.1f s: 1-row forward %.2f ms, c(4) = %.2f, c(8) = %.2f, drafter %.2f; cached in %s",
+                     (now_ms() - t0) / 1e3, e->prof.one_row_ms, dsp_cost_time(&e->prof, 5, 0), dsp_cost_time(&e->prof, 9, 0),
+                     e->prof.draft_rel, path);
+        }
+        e->have_prof = true;
+    }
+    if (out) *out = e->prof;
+    return DSP_OK;
+}
+
+/* ---- the round ------------------------------------------------------------------------------ */
+
+dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax) {
+    int n_taps = e->bd ? e->bdi->n_taps : host_taps ? e->n_taps : 0;
+    const int32_t *tap_layers = e->bd ? e->bdi->tap_layers : e->tap_layers;
+    dsp_batch b = {n, e->btok, e->bseq, e->bpos, n_logits, e->brow, n_taps, n_taps ? tap_layers : NULL};
+    dsp_status st = dsp_fwd_run(e->fwd, e->bseqs, n_seqs, &b, argmax ? NULL : e->logits, host_taps && e->taps ? e->taps : NULL);
+    if (!st && argmax) st = dsp_fwd_argmax(e->fwd, n_logits, e->argmax);
+    if (!st && e->bd) {
+        double t0 = now_ms();
+        st = dsp_block_context(e->bd, dsp_fwd_taps(e->fwd), n, e->btok, e->bpos, e->bseq, n_seqs, e->bseqs);
+        e->st.draft_ms += now_ms() - t0;
+    }
+    return st;
+}
+
+static int32_t budget(const dsp_engine *e, const dsp_req *r) {
+    int64_t k = DSP_MAX_DRAFT;
+    if ((int64_t)e->n_ctx - (int64_t)r->n_tokens - 1 < k) k = (int64_t)e->n_ctx - (int64_t)r->n_tokens - 1;
+    if ((int64_t)r->p.max_tokens - (int64_t)r->res.n_generated - 1 < k) k = (int64_t)r->p.max_tokens - (int64_t)r->res.n_generated - 1;
+    return k > 0 ? (int32_t)k : 0;
+}
+
+static float sigmoidf(float c) { return 1.0f / (1.0f + expf(-c)); }
+
+/* drafts kept by DeepSpec's per-slot rule and the cumulative variant */
+static int32_t confident(const dsp_gen_params *p, const float *conf, int32_t n) {
+    float prod = 1.0f;
+    for (int32_t k = 0; k < n; k++) {
+        float s = sigmoidf(conf[k]);
+        prod *= s;
+        if ((p->dspark_threshold > 0 && s < p->dspark_threshold) || (p->dspark_cumulative > 0 && prod < p->dspark_cumulative)) return k;
+    }
+    return n;
+}
+
+/* --max-draft auto, before drafting: how many of r's drafts are expected to pay for the drafter
+ * (0: none, so it does not run). Only that many slots are decoded (LM head, Markov steps): the
+ * choice uses the acceptance estimate alone, never the drafts, so it is a stopping rule. */
+static int32_t worth_drafting(dsp_engine *e, dsp_req *r, int32_t cap, float draft_cost) {
+    dsp_cost_req c = {dsp_accept_p(&r->acc[0]), NULL, cap, r->n_tokens, 0};
+    dsp_cost_choose(&e->prof, 1, 0, 1, draft_cost, &c, 1);
+    return c.k;
+}
+
+dsp_status dsp_engine_draft_round(dsp_engine *e) {
+    int nb = 0, n_decode = 0;
+    bool any_auto = false;
+    for (int i = 0; i < e->n_running; i++) {
+        dsp_req *r = e->running[i];
+        if (r->state != DSP_REQ_DECODE) continue;
+        n_decode++;
+        r->k = r->n_prop = 0, r->src = DSP_SRC_NONE, r->bslot = -1, r->sampled = false, r->acc_b = 0;
+        bool autok = r->p.max_draft == DSP_DRAFT_AUTO;
+        any_auto |= autok && (r->drafter || r->block);
+    }
+    if (any_auto) dsp_engine_profile(e, NULL); /* on a failure the linear guess is used */
+    for (int i = 0; i < e->n_running; i++) {
+        dsp_req *r = e->running[i];
+        if (r->state != DSP_REQ_DECODE) continue;
+        const int32_t kmax = budget(e, r);
+        if (kmax <= 0 || (!r->drafter && !r->block)) continue;
+        const bool autok = r->p.max_draft == DSP_DRAFT_AUTO;
+        const int32_t cap = autok || r->p.max_draft > kmax ? kmax : r->p.max_draft;
+        if (r->drafter) {
+            int32_t k = dsp_drafter_propose(r->drafter, r->tokens, r->n_tokens, cap, r->draft, r->q);
+            if (k < 0) k = 0;
+            if (k > cap) k = cap;
+            for (int32_t j = 0; j < k; j++)
+                if (r->draft[j] < 0 || r->draft[j] >= e->n_vocab) k = j; /* a drafter bug must not reach the forward */
+            bool use = r->mode != DSP_SPEC_HYBRID || (k > 0 && dsp_lookup_last_len(r->drafter) >= r->p.hybrid_min);
+            if (use) {
+                r->k = r->n_prop = k;
+                r->src = k ? DSP_SRC_DRAFTER : DSP_SRC_NONE;
+                if (k && !strcmp(r->drafter->ops->name, "lookup")) r->acc_b = dsp_accept_bucket(dsp_lookup_last_len(r->drafter));
+                r->sampled = r->drafter->supplies_q && k > 0;
+                if (r->mode != DSP_SPEC_HYBRID || k > 0) continue;
+            }
+        }
+        if (!r->block) continue;
+        const dsp_block_info *in = e->bdi;
+        bool trace = r->p.trace != NULL;
+        int32_t n_slots = in->block;
+        uint32_t start = r->n_tokens - 1;
+        if ((uint32_t)n_slots > e->n_ctx - start) n_slots = (int32_t)(e->n_ctx - start);
+        int32_t full = dsp_block_n_draft(in, n_slots);
+        if (full <= 0) continue;
+        int32_t want = cap < full ? cap : full;
+        if (autok && (want = worth_drafting(e, r, want, e->prof.draft_rel)) == 0) continue;
+        dsp_block_req *q = &e->breqs[nb];
+        memset(q, 0, sizeof *q);
+        q->kv = &r->kv;
+        q->anchor = r->tokens[r->n_tokens - 1];
+        q->start = start;
+        q->n_slots = n_slots;
+        q->n_want = trace ? full : want;
+        q->markov = q->confidence = r->mode == DSP_SPEC_DSPARK || (r->mode == DSP_SPEC_HYBRID && in->dspark);
+        q->stop_below = -INFINITY;
+        if (!trace && r->p.dspark_threshold > 0 && q->confidence)
+            q->stop_below = r->p.dspark_threshold >= 1 ? INFINITY : logf(r->p.dspark_threshold / (1.0f - r->p.dspark_threshold));
+        q->temperature = r->p.draft_sample && r->p.temperature > 0 ? r->p.temperature : 0;
+        q->rng = &r->drng;
+        q->q = r->q;
+        q->top = trace;
+        r->bslot = nb++;
+    }
+    if (nb > 0) { /* one block forward per max_breqs requests */
+        double t0 = now_ms();
+        for (int off = 0; off < nb; off += e->max_breqs) {
+            int cnt = nb - off < e->max_breqs ? nb - off : e->max_breqs;
+            dsp_status st = dsp_block_draft(e->bd, e->breqs + off, cnt);
+            if (st) return st;
+        }
+        double ms = now_ms() - t0;
+        e->st.draft_ms += ms;
+        e->st.block_drafts += (uint64_t)nb;
+        e->round_draft_ms = ms / nb;
+    }
+    /* the block drafts: confidence truncation, the cap */
+    for (int i = 0; i < e->n_running; i++) {
+        dsp_req *r = e->running[i];
+        if (r->state != DSP_REQ_DECODE || r->bslot < 0) continue;
+        const dsp_block_req *q = &e->breqs[r->bslot];
+        int32_t k = q->n_draft;
+        if (q->confidence) {
+            int32_t c = confident(&r->p, q->conf, q->n_draft);
+            if (c < k) k = c;
+        }
+        int32_t kmax = budget(e, r), cap = r->p.max_draft == DSP_DRAFT_AUTO || r->p.max_draft > kmax ? kmax : r->p.max_draft;
+        if (k > cap) k = cap;
+        memcpy(r->draft, q->draft, sizeof(int32_t) * (size_t)q->n_draft);
+        r->k = k;
+        r->n_prop = q->n_draft;
+        r->src = DSP_SRC_BLOCK;
+        r->sampled = q->temperature > 0 && k > 0;
+        r->res.n_block_rounds++;
+        r->res.draft_ms += e->round_draft_ms;
+    }
+    if (!any_auto) return DSP_OK;
+    /* --max-draft auto: the round's draft lengths, chosen together */
+    int nc = 0, base_rows = n_decode;
+    double base_extra = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        dsp_req *r = e->running[i];
+        if (r->state == DSP_REQ_PREFILL) {
+            uint32_t left = r->n_prompt - r->kv.n_tokens;
+            int room = e->batch_tokens - base_rows;
+            base_rows += left < (uint32_t)room ? (int)left : room;
+            continue;
+        }
+        if (r->state != DSP_REQ_DECODE) continue;
+        if (r->n_tokens > e->prof.ctx_tokens) base_extra += r->n_tokens - e->prof.ctx_tokens;
+        if (r->p.max_draft != DSP_DRAFT_AUTO || r->k == 0) continue;
+        e->creqs[nc] = (dsp_cost_req){dsp_accept_p(&r->acc[r->acc_b]), NULL, r->k, r->n_tokens, 0};
+        nc++;
+    }
+    if (nc == 0) return DSP_OK;
+    float dcost = nb ? e->prof.draft_rel + (float)(nb - 1) * e->prof.draft_rel_per_req : 0;
+    dsp_cost_choose(&e->prof, base_rows, base_extra, n_decode, dcost, e->creqs, nc);
+    nc = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        dsp_req *r = e->running[i];
+        if (r->state != DSP_REQ_DECODE || r->p.max_draft != DSP_DRAFT_AUTO || r->k == 0) continue;
+        r->k = e->creqs[nc++].k;
+        if (r->k == 0) r->sampled = false;
+    }
+    return DSP_OK;
+}
+
+void dsp_engine_draft_done(dsp_engine *e, dsp_req *r, int32_t k, const int32_t *out, int32_t n_out, int32_t emitted) {
+    const int32_t a = n_out - 1;
+    if (r->src != DSP_SRC_NONE || r->block) dsp_accept_round(&r->acc[r->acc_b], k, a); /* a round without an offer teaches nothing */
+    r->res.kept_hist[k]++;
+    if (!r->p.trace) return;
+    dsp_round_trace t;
+    memset(&t, 0, sizeof t);
+    const uint32_t anchor = r->n_tokens - (uint32_t)emitted - 1;
+    t.pos = anchor;
+    t.kept = k;
+    t.accepted = a;
+    t.next = emitted > a ? out[a] : -1;
+    if (r->src == DSP_SRC_BLOCK) {
+        const dsp_block_req *q = &e->breqs[r->bslot];
+        t.source = q->markov ? "dspark" : "dflash";
+        t.n_draft = q->n_draft;
+        t.draft = q->draft;
+        t.ctx_rows = (int32_t)(anchor - r->prev_block_pos);
+        t.conf = q->confidence ? q->conf : NULL;
+        t.top_ids = &q->top_ids[0][0];
+        t.top_vals = &q->top_vals[0][0];
+        r->prev_block_pos = anchor;
+    } else {
+        t.source = r->src == DSP_SRC_DRAFTER ? r->drafter->ops->name : "";
+        t.n_draft = r->n_prop;
+        t.draft = r->draft;
+    }
+    r->p.trace(&t, r->p.trace_user);
+}

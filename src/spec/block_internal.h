@@ -1,0 +1,53 @@
+/* spec/block_internal: the block drafter's state, shared by block_load.c (host: config, tensors,
+ * checks) and block.c (backend: weights, buffers, KV store, the two forward steps). */
+#ifndef DSP_SPEC_BLOCK_INTERNAL_H
+#define DSP_SPEC_BLOCK_INTERNAL_H
+
+#include "spec/block.h"
+
+typedef struct blk_layer {
+    dsp_bweight *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *q_norm, *k_norm;
+    dsp_bweight *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
+} blk_layer;
+
+struct dsp_block_drafter {
+    dsp_block_info info;
+    dsp_model *m;                 /* the stack: path, safetensors, hp (the drafter's), w.layers, owned tensors */
+    const dsp_model *target;
+    /* host tensors (into m->st or the target) */
+    const dsp_tensor *fc;         /* (n_taps * n_embd -> n_embd) */
+    const dsp_tensor *hidden_norm, *norm; /* (n_embd) f32 */
+    const dsp_tensor *embd;       /* (n_embd, n_vocab): the target's or an own copy */
+    const dsp_tensor *head;       /* (n_embd -> n_vocab) */
+    const dsp_tensor *mk_w1;      /* (r, n_vocab): row t = W1[t] (an embedding) */
+    const dsp_tensor *mk_w2;      /* (r -> n_vocab) */
+    const dsp_tensor *conf_w;     /* (n_embd [+ r] -> 1) */
+    const dsp_tensor *conf_b;     /* (1) f32 */
+    /* backend */
+    dsp_backend *be;
+    dsp_kv_pool *pool;
+    dsp_kv_store *store;
+    dsp_block_limits lim;
+    int max_rows;                 /* rows of one forward: max(context rows, max_reqs * block) */
+    dsp_bweight *b_fc, *b_hnorm, *b_norm, *b_embd, *b_head, *b_w2;
+    bool own_embd, own_head;      /* b_embd / b_head created here (else the target forward's) */
+    blk_layer *layers;            /* (n_layers) */
+    dsp_buf *x, *h, *q, *k, *v, *att, *gate, *up; /* (max_rows, width) */
+    dsp_buf *logits;              /* (max_reqs * n_draft, n_vocab) */
+    dsp_buf *mk_e, *mk_y;         /* (max_reqs, r), (max_reqs, n_vocab) */
+    dsp_buf *inv_freq;
+    dsp_rope rope;
+    /* host scratch */
+    int32_t *btok, *bpos, *bseq, *bkeys, *brow; /* (max_rows) */
+    dsp_kv_seq **bseqs;           /* (max_reqs) */
+    int *bout0;                   /* (max_reqs) each request's first row in the logits */
+    int *bmrow;                   /* (max_reqs) each request's row in the Markov step (-1: none) */
+    float *hlogits;               /* (max_reqs * n_draft, n_vocab) */
+    float *hhid;                  /* (max_reqs * n_draft, n_embd) normed hidden rows */
+    float *he;                    /* (max_reqs, r) Markov embeddings of the previous tokens */
+    float *hbias;                 /* (max_reqs, n_vocab) */
+    float *conf_wf;               /* (n_embd + r) the confidence weights as f32 */
+    float conf_bias;
+};
+
+#endif

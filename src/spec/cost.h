@@ -1,0 +1,66 @@
+/* spec/cost: what `--max-draft auto` decides with (README "--max-draft auto").
+ *
+ * Acceptance model: per request, geometric: each drafted position is accepted with probability p
+ * when the ones before it were. A round that verified k drafts and accepted a of them observed a
+ * successes and, when a < k, one failure. p = (S + 1) / (T + 2) (Laplace's prior: 1/2 when
+ * nothing is known) with the counts S, T decayed by 0.9 every decoding round, drafted or not: the
+ * estimate follows the text (memory ~10 rounds), and a request that stopped drafting drifts back
+ * towards 1/2, so it tries again and re-learns (exploration without a schedule).
+ *
+ * Cost model: the profile (dspark.h dsp_spec_profile): the time of an n-row target forward
+ * relative to a 1-row forward, c(n - 1) = rel[n], measured at a context of ctx_tokens, plus
+ * ctx_rel_per_key for every key a row attends to beyond that, plus the block drafter's cost.
+ *
+ * Choice (Algorithm 1 of the DSpark paper with R requests, SPS = 1 / time): the candidates (q, i)
+ * "verify draft i of request q" are taken in decreasing order of their expected survival a_q(i)
+ * (p_q^i, or DSpark's confidence products), each added while the round's expected tokens per unit
+ * time, (R + sum a) / (D + T(rows)), keeps increasing, stopping at the first candidate that does not
+ * improve it. The rule decides whether to verify draft i from a_q(1..i) only (the order is by
+ * value and a_q is non-increasing in i), so it is a stopping rule and the output stays lossless.
+ * With R = 1 it is the k maximising (1 + sum_{i<=k} p^i) / (D + c(k)). */
+#ifndef DSP_SPEC_COST_H
+#define DSP_SPEC_COST_H
+
+#include "dspark.h"
+
+typedef struct dsp_accept {
+    float s, t;  /* decayed successes and trials */
+} dsp_accept;
+
+static inline void dsp_accept_init(dsp_accept *a) { a->s = a->t = 0; }
+
+/* Prompt lookup's proposals are kept apart by how far their match reaches back (a 2-token match in
+ * chat is mostly chance, a 16-token one is a copy): buckets 1..4 for 2-3, 4-7, 8-15, 16+ tokens;
+ * bucket 0 is for every other drafter. */
+#define DSP_ACCEPT_BUCKETS 5
+static inline int dsp_accept_bucket(int32_t match_len) {
+    return match_len < 4 ? 1 : match_len < 8 ? 2 : match_len < 16 ? 3 : 4;
+}
+/* one decoding round: k drafts verified, acc accepted (k = 0: no drafts this round) */
+void dsp_accept_round(dsp_accept *a, int32_t k, int32_t acc);
+float dsp_accept_p(const dsp_accept *a);
+
+/* relative time of a forward of `rows` rows, `extra_keys` keys in total beyond ctx_tokens */
+float dsp_cost_time(const dsp_spec_profile *p, int rows, double extra_keys);
+
+typedef struct dsp_cost_req {
+    float p;             /* acceptance probability per position (when a == NULL) */
+    const float *a;      /* (kmax) expected survival of drafts 1..kmax, non-increasing; NULL: p^i */
+    int32_t kmax;        /* drafts available */
+    uint32_t ctx;        /* the request's context length (keys per row) */
+    int32_t k;           /* out: drafts to verify */
+} dsp_cost_req;
+
+/* Choose k for every request of a round: base_rows rows are in the forward anyway (one per decoding
+ * request, prefill chunks), base_extra_keys their keys beyond ctx_tokens, n_tokens the tokens they
+ * decide for sure (the decoding requests), draft_cost the block drafter's cost this round. */
+void dsp_cost_choose(const dsp_spec_profile *p, int base_rows, double base_extra_keys, int n_tokens, float draft_cost, dsp_cost_req *reqs,
+                     int n);
+
+/* Profile cache: the file for a key (under $XDG_CACHE_HOME/dspark or ~/.cache/dspark), read
+ * (false when absent, unreadable or for another key) and written (best effort). */
+void dsp_cost_cache_path(const char *key, char *path, size_t cap);
+bool dsp_cost_cache_read(const char *path, const char *key, dsp_spec_profile *p);
+void dsp_cost_cache_write(const char *path, const char *key, const dsp_spec_profile *p);
+
+#endif
