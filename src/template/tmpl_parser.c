@@ -580,15 +580,16 @@ static dsp_status p_not(ps *P, node **out) {
     }
     return p_compare(P, out);
 }
-static dsp_status p_and(ps *P, node **out) {
+/* left-associative `a KW b KW c ...` over operands parsed by sub */
+static dsp_status p_logic(ps *P, node **out, dsp_status (*sub)(ps *, node **), const char *kw, int kind) {
     node *l = NULL;
-    TRY(p_not(P, &l));
-    while (t_name(cur(P), "and")) {
+    TRY(sub(P, &l));
+    while (t_name(cur(P), kw)) {
         int line = cur(P)->line;
         adv(P);
         node *r = NULL;
-        TRY(p_not(P, &r));
-        node *x = nn(P, E_AND, line);
+        TRY(sub(P, &r));
+        node *x = nn(P, kind, line);
         if (!x) return pnomem();
         x->a = l;
         x->b = r;
@@ -597,23 +598,8 @@ static dsp_status p_and(ps *P, node **out) {
     *out = l;
     return DSP_OK;
 }
-static dsp_status p_or(ps *P, node **out) {
-    node *l = NULL;
-    TRY(p_and(P, &l));
-    while (t_name(cur(P), "or")) {
-        int line = cur(P)->line;
-        adv(P);
-        node *r = NULL;
-        TRY(p_and(P, &r));
-        node *x = nn(P, E_OR, line);
-        if (!x) return pnomem();
-        x->a = l;
-        x->b = r;
-        l = x;
-    }
-    *out = l;
-    return DSP_OK;
-}
+static dsp_status p_and(ps *P, node **out) { return p_logic(P, out, p_not, "and", E_AND); }
+static dsp_status p_or(ps *P, node **out) { return p_logic(P, out, p_and, "or", E_OR); }
 static dsp_status p_condexpr(ps *P, node **out) {
     node *x = NULL;
     TRY(p_or(P, &x));
