@@ -111,10 +111,16 @@ AI void q8_k6_scales(const uint8_t *p, __m256 *D, __m256 *Dh) {
     *Dh = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(s16, 16)));
 }
 
+/* qwords of a weight row need not be 8-byte aligned (Q6_K's blocks are 210 bytes): memcpy loads */
+static inline long long load_q(const uint8_t *p) {
+    long long q;
+    memcpy(&q, p, sizeof q);
+    return q;
+}
 #if VW == 16
-static inline __m512i bcast_q(const uint8_t *p) { return _mm512_set1_epi64(*(const long long *)(const void *)p); }
+static inline __m512i bcast_q(const uint8_t *p) { return _mm512_set1_epi64(load_q(p)); }
 #else
-static inline __m256i bcast_q(const uint8_t *p) { return _mm256_set1_epi64x(*(const long long *)(const void *)p); }
+static inline __m256i bcast_q(const uint8_t *p) { return _mm256_set1_epi64x(load_q(p)); }
 #endif
 #define QW(p, i) ((const uint8_t *)(p) + 8 * (i)) /* qword i of p */
 
