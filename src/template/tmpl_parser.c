@@ -252,6 +252,16 @@ static dsp_status p_subscribed(ps *P, node **out) {
     return DSP_OK;
 }
 
+/* *x(args...): a call of *x, which becomes the call node */
+static dsp_status p_call(ps *P, node **x, int line) {
+    node *c = nn(P, E_CALL, line);
+    if (!c) return pnomem();
+    c->a = *x;
+    TRY(p_call_args(P, c));
+    *x = c;
+    return DSP_OK;
+}
+
 static dsp_status p_postfix(ps *P, node **x) {
     for (;;) {
         token *t = cur(P);
@@ -310,11 +320,7 @@ static dsp_status p_postfix(ps *P, node **x) {
             }
             *x = g;
         } else if (t_op(t, OP_LPAREN)) {
-            node *c = nn(P, E_CALL, t->line);
-            if (!c) return pnomem();
-            c->a = *x;
-            TRY(p_call_args(P, c));
-            *x = c;
+            TRY(p_call(P, x, t->line));
         } else {
             return DSP_OK;
         }
@@ -329,11 +335,7 @@ static dsp_status p_filter_expr(ps *P, node **x) {
         } else if (t_name(t, "is")) {
             TRY(p_test(P, *x, x));
         } else if (t_op(t, OP_LPAREN)) {
-            node *c = nn(P, E_CALL, t->line);
-            if (!c) return pnomem();
-            c->a = *x;
-            TRY(p_call_args(P, c));
-            *x = c;
+            TRY(p_call(P, x, t->line));
         } else {
             return DSP_OK;
         }
