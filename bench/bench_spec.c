@@ -10,8 +10,11 @@
  * length (tokens per round, bonus included) and the draft acceptance rate. The machine stamp (CPU,
  * cores, memory, kernel, commit, threads) heads the output.
  *
- * usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--mode M] [--draft-model D] [--max-draft N,N,..|auto]
- *                   [--reps R] [-t THREADS] [--json] */
+ * --mode takes a list too (e.g. dspark,hybrid,lookup): every mode runs at every --max-draft value,
+ * all against the same baseline runs. --backend cuda runs it on the GPU (--kv-type f16|bf16).
+ *
+ * usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--mode M,M,..] [--draft-model D] [--max-draft N,N,..|auto]
+ *                   [--reps R] [-t THREADS] [--backend cpu|cuda] [--kv-type f16|bf16] [--json] */
 #include "dspark.h"
 
 #include <dirent.h>
@@ -115,10 +118,21 @@ static void draft_name(int md, char *buf, size_t cap) {
     else snprintf(buf, cap, "%d", md);
 }
 
+/* "dspark/4": a configuration's name in the text output */
+static void cfg_name(dsp_spec_mode mode, int md, char *buf, size_t cap) {
+    char d[16];
+    draft_name(md, d, sizeof d);
+    snprintf(buf, cap, "%s/%s", dsp_spec_mode_to_string(mode), d);
+}
+
+#define USAGE "usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--mode M,M,...] [--draft-model D]\n" \
+              "                  [--max-draft N,N,...|auto] [--reps R] [-t THREADS] [--backend cpu|cuda] [--kv-type f16|bf16] [--json]\n"
+
 int main(int argc, char **argv) {
-    const char *model = NULL, *dir = "bench/prompts", *sets = "copy,chat", *drafts = "8", *draft_model = NULL;
+    const char *model = NULL, *dir = "bench/prompts", *sets = "copy,chat", *drafts = "8", *draft_model = NULL, *modes = "lookup";
     int n_tokens = 128, reps = 3, threads = 2;
-    dsp_spec_mode mode = DSP_SPEC_LOOKUP;
+    dsp_device device = DSP_DEVICE_CPU;
+    dsp_kv_type kv_type = DSP_KV_DEFAULT;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -129,30 +143,53 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-n") && v) n_tokens = atoi(argv[++i]);
         else if (!strcmp(a, "--max-draft") && v) drafts = argv[++i];
         else if (!strcmp(a, "--draft-model") && v) draft_model = argv[++i];
-        else if (!strcmp(a, "--mode") && v) {
-            if (!dsp_spec_mode_from_string(argv[++i], &mode) || mode == DSP_SPEC_BASELINE) {
-                fprintf(stderr, "bench_spec: --mode: '%s' is not a speculation mode\n", argv[i]);
+        else if (!strcmp(a, "--mode") && v) modes = argv[++i];
+        else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
+        else if (!strcmp(a, "-t") && v) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--backend") && v) {
+            const char *b = argv[++i];
+            if (!strcmp(b, "cpu")) device = DSP_DEVICE_CPU;
+            else if (!strcmp(b, "cuda")) device = DSP_DEVICE_CUDA;
+            else {
+                fprintf(stderr, "bench_spec: --backend: '%s' is not cpu or cuda\n", b);
                 return 2;
             }
-        } else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
-        else if (!strcmp(a, "-t") && v) threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--json")) json = true;
+        } else if (!strcmp(a, "--kv-type") && v) {
+            const char *b = argv[++i];
+            if (!strcmp(b, "f16")) kv_type = DSP_KV_F16;
+            else if (!strcmp(b, "bf16")) kv_type = DSP_KV_BF16;
+            else {
+                fprintf(stderr, "bench_spec: --kv-type: '%s' is not f16 or bf16\n", b);
+                return 2;
+            }
+        } else if (!strcmp(a, "--json")) json = true;
         else {
-            fprintf(stderr, "usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--mode M] [--draft-model D]\n"
-                            "                  [--max-draft N,N,...|auto] [--reps R] [-t THREADS] [--json]\n");
+            fprintf(stderr, USAGE);
             return 2;
         }
     }
+    /* the configurations: every mode at every max-draft value */
     int md[MAX_CFG], n_cfg = 0;
-    char dbuf[256];
-    snprintf(dbuf, sizeof dbuf, "%s", drafts);
-    for (char *save = NULL, *t = strtok_r(dbuf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int x = !strcmp(t, "auto") ? DSP_DRAFT_AUTO : atoi(t);
-        if (n_cfg == MAX_CFG || (x != DSP_DRAFT_AUTO && (x < 1 || x > DSP_MAX_DRAFT))) {
-            fprintf(stderr, "bench_spec: --max-draft: at most %d values, each 1..%d or auto\n", MAX_CFG, DSP_MAX_DRAFT);
+    dsp_spec_mode mo[MAX_CFG];
+    char mbuf[256];
+    snprintf(mbuf, sizeof mbuf, "%s", modes);
+    for (char *msave = NULL, *mt = strtok_r(mbuf, ",", &msave); mt; mt = strtok_r(NULL, ",", &msave)) {
+        dsp_spec_mode mode;
+        if (!dsp_spec_mode_from_string(mt, &mode) || mode == DSP_SPEC_BASELINE) {
+            fprintf(stderr, "bench_spec: --mode: '%s' is not a speculation mode\n", mt);
             return 2;
         }
-        md[n_cfg++] = x;
+        char dbuf[256];
+        snprintf(dbuf, sizeof dbuf, "%s", drafts);
+        for (char *save = NULL, *t = strtok_r(dbuf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            int x = !strcmp(t, "auto") ? DSP_DRAFT_AUTO : atoi(t);
+            if (n_cfg == MAX_CFG || (x != DSP_DRAFT_AUTO && (x < 1 || x > DSP_MAX_DRAFT))) {
+                fprintf(stderr, "bench_spec: --mode x --max-draft: at most %d configurations, max-draft 1..%d or auto\n", MAX_CFG,
+                        DSP_MAX_DRAFT);
+                return 2;
+            }
+            mo[n_cfg] = mode, md[n_cfg++] = x;
+        }
     }
     if (!model || reps < 1 || reps > MAX_REPS || n_tokens < 1 || n_cfg == 0) {
         fprintf(stderr, "bench_spec: need -m MODEL; reps 1..%d, -n >= 1\n", MAX_REPS);
@@ -170,6 +207,8 @@ int main(int argc, char **argv) {
     cp.max_batch = 1;
     cp.no_prefix_cache = true; /* no prefix reuse between modes: each run prefills */
     cp.draft_model = draft_model;
+    cp.device = device;
+    cp.kv_type = kv_type;
     dsp_engine *c;
     if (dsp_engine_create(m, &cp, &c)) {
         fprintf(stderr, "bench_spec: %s\n", dsp_last_error());
@@ -185,9 +224,9 @@ int main(int argc, char **argv) {
     struct utsname un;
     uname(&un);
     if (!json)
-        printf("machine: %s, %ld cores online, %ld MiB, %s %s; commit %s; model %s; threads %d; %d tokens, mode %s, max_draft %s, %d reps\n", cpu,
-               sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, DSP_GIT_COMMIT, model, threads, n_tokens,
-               dsp_spec_mode_to_string(dsp_engine_resolve_mode(c, mode)), drafts, reps);
+        printf("machine: %s, %ld cores online, %ld MiB, %s %s; commit %s; model %s; %s; %d tokens, modes %s, max_draft %s, %d reps\n", cpu,
+               sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, DSP_GIT_COMMIT, model, dsp_engine_backend(c), n_tokens, modes,
+               drafts, reps);
 
     static set_result res[8];
     int n_sets = 0, rc = 0;
@@ -233,7 +272,7 @@ int main(int argc, char **argv) {
                 for (int k = -1; k < n_cfg; k++) { /* baseline, then each max-draft, interleaved within a rep */
                     dsp_gen_params gp = dsp_gen_default_params();
                     gp.max_tokens = n_tokens;
-                    gp.mode = k < 0 ? DSP_SPEC_BASELINE : mode;
+                    gp.mode = k < 0 ? DSP_SPEC_BASELINE : mo[k];
                     gp.max_draft = k < 0 ? 8 : md[k];
                     collect *cl = k >= 0 ? &cs_ : &cb_;
                     cl->n = 0;
@@ -265,8 +304,8 @@ int main(int argc, char **argv) {
             if (!json) printf("  %-5s %-28s %4d prompt tok %4d gen: baseline %6.2f tok/s", name, files[fi], (int)n_ids, cs_.n, pb[fi]);
             for (int k = 0; k < n_cfg; k++) {
                 ps[k][fi] = median(st[k], reps), pr[k][fi] = ps[k][fi] / pb[fi];
-                char nm[16];
-                draft_name(md[k], nm, sizeof nm);
+                char nm[48];
+                cfg_name(mo[k], md[k], nm, sizeof nm);
                 if (!json) printf("  %s: %.2fx", nm, pr[k][fi]);
             }
             if (!json) printf("\n");
@@ -289,8 +328,8 @@ int main(int argc, char **argv) {
     if (json) {
         printf("{\"machine\": {\"cpu\": \"%s\", \"cores_online\": %ld, \"mem_mib\": %ld, \"kernel\": \"%s %s\", \"commit\": \"%s\"}, ", cpu,
                sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, DSP_GIT_COMMIT);
-        printf("\"model\": \"%s\", \"threads\": %d, \"max_tokens\": %d, \"mode\": \"%s\", \"reps\": %d, \"sets\": [", model, threads, n_tokens,
-               dsp_spec_mode_to_string(dsp_engine_resolve_mode(c, mode)), reps);
+        printf("\"model\": \"%s\", \"draft_model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"max_tokens\": %d, \"reps\": %d, \"sets\": [",
+               model, draft_model ? draft_model : "", dsp_engine_backend(c), threads, n_tokens, reps);
         for (int i = 0; i < n_sets; i++) {
             printf("%s{\"name\": \"%s\", \"prompts\": %d, \"baseline_tok_per_s\": %.3f, \"mismatches\": %d, \"configs\": [", i ? ", " : "", res[i].name,
                    res[i].n_prompts, res[i].base_tps, res[i].mismatches);
@@ -298,9 +337,10 @@ int main(int argc, char **argv) {
                 const cfg_result *cr = &res[i].cfg[k];
                 char nm[16];
                 draft_name(md[k], nm, sizeof nm);
-                printf("%s{\"max_draft\": \"%s\", \"tok_per_s\": %.3f, \"speedup_median\": %.3f, \"speedup_aggregate\": %.3f, \"speedup_cpu\": %.3f, "
+                printf("%s{\"mode\": \"%s\", \"runs_as\": \"%s\", \"max_draft\": \"%s\", \"tok_per_s\": %.3f, \"speedup_median\": %.3f, \"speedup_aggregate\": %.3f, \"speedup_cpu\": %.3f, "
                        "\"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f}",
-                       k ? ", " : "", nm, cr->tps, cr->speedup_median, cr->speedup_aggregate, cr->speedup_cpu, cr->mean_accept_len, cr->accept_rate);
+                       k ? ", " : "", dsp_spec_mode_to_string(mo[k]), dsp_spec_mode_to_string(dsp_engine_resolve_mode(c, mo[k])), nm, cr->tps,
+                       cr->speedup_median, cr->speedup_aggregate, cr->speedup_cpu, cr->mean_accept_len, cr->accept_rate);
             }
             printf("]}");
         }
@@ -311,11 +351,11 @@ int main(int argc, char **argv) {
                    res[i].mismatches ? " (OUTPUT MISMATCH)" : "");
             for (int k = 0; k < n_cfg; k++) {
                 const cfg_result *cr = &res[i].cfg[k];
-                char nm[16];
-                draft_name(md[k], nm, sizeof nm);
-                printf("   max_draft %-4s: %.2f tok/s, speedup median %.2fx, aggregate %.2fx, in CPU time %.2fx; mean accepted length %.2f, draft "
+                char cn[48];
+                cfg_name(mo[k], md[k], cn, sizeof cn);
+                printf("   %-14s: %.2f tok/s, speedup median %.2fx, aggregate %.2fx, in CPU time %.2fx; mean accepted length %.2f, draft "
                        "acceptance %.2f\n",
-                       nm, cr->tps, cr->speedup_median, cr->speedup_aggregate, cr->speedup_cpu, cr->mean_accept_len, cr->accept_rate);
+                       cn, cr->tps, cr->speedup_median, cr->speedup_aggregate, cr->speedup_cpu, cr->mean_accept_len, cr->accept_rate);
             }
         }
     }

@@ -237,7 +237,13 @@ static void test_stops_inside_blocks(void) {
             g2.mode = DSP_SPEC_BASELINE;
         }
     }
-    /* EOS inside a block: the full reply ends with the end-of-turn token */
+    /* EOS inside a block: the default model's reply ends with the end-of-turn token. Another model
+     * (DSP_TEST_MODEL: a random-weight one on the GPU machine) may never emit it: then there is no
+     * EOS to find inside a block, and the part is skipped, saying so. */
+    if (full.r.finish != DSP_FINISH_STOP && getenv("DSP_TEST_MODEL")) {
+        printf("  skipped EOS inside a block: the reply of %s did not end within %d tokens\n", getenv("DSP_TEST_MODEL"), gp.max_tokens);
+        return;
+    }
     CHECK_EQ_INT(full.r.finish, DSP_FINISH_STOP);
     gp.mode = DSP_SPEC_LOOKUP;
     gp.max_draft = 16;
@@ -406,7 +412,8 @@ static void test_taps_drafter(void) {
     same(&base, &a, "taps drafter");
     CHECK_EQ_INT(x.bad, 0);
     CHECK(a.r.n_accepted > 0);
-    CHECK(x.rows >= n + (int)a.r.n_accepted);
+    /* the rows came in order from position 0 (bad == 0), so they are exactly the positions up to next_pos */
+    CHECK_EQ_INT(x.rows, (int)x.next_pos);
     /* the values: a direct forward over the committed tokens, layer 3's output at every position */
     int total = n + a.ev.n - 1; /* the last token is never fed */
     /* every position up to the start of the last round was shown (that round ends the request) */
