@@ -174,7 +174,8 @@ void dsp_model_gen_defaults(const dsp_model *m, dsp_gen_defaults *out);
 typedef struct dsp_engine dsp_engine;
 
 typedef enum dsp_device {
-    DSP_DEVICE_AUTO = 0,    /* the CPU for now (README, GPU: not yet verified on real model shapes); DSP_DEVICE_CUDA asks for the GPU */
+    DSP_DEVICE_AUTO = 0,    /* the GPU when the build has CUDA, a GPU can run it and the model fits, else the CPU
+                             * (with a warning when a GPU was there); $DSPARK_DEVICE=cpu|cuda decides instead */
     DSP_DEVICE_CPU,
     DSP_DEVICE_CUDA,
 } dsp_device;
@@ -239,8 +240,10 @@ typedef struct dsp_logit_bias {
 typedef enum dsp_spec_mode {
     DSP_SPEC_BASELINE = 0,  /* no speculation: one token per forward */
     DSP_SPEC_LOOKUP,        /* prompt lookup: n-gram matches in prompt + output, no drafter model */
-    DSP_SPEC_AUTO,          /* the best available: dspark with a DSpark drafter, else dflash with a
-                             * drafter, else lookup (dsp_engine_resolve_mode) */
+    DSP_SPEC_AUTO,          /* with a block drafter: per request and round, whichever of prompt lookup,
+                             * the block drafter (with its DSpark heads when it has them) or no draft
+                             * is expected to give the most tokens per unit of time, from the request's
+                             * acceptance so far and the engine's cost profile; without one: lookup */
     DSP_SPEC_DFLASH,        /* the engine's block drafter, backbone only (a DSpark drafter's Markov and
                              * confidence heads are not used) */
     DSP_SPEC_DSPARK,        /* the engine's DSpark drafter with its Markov and confidence heads */
@@ -428,7 +431,8 @@ typedef struct dsp_drafter_info {
 } dsp_drafter_info;
 /* false (and *out zeroed) when the engine has no block drafter */
 bool dsp_engine_drafter_info(const dsp_engine *e, dsp_drafter_info *out);
-/* What a request's mode means on this engine: auto -> dspark / dflash / lookup. */
+/* What a request's mode means on this engine: auto -> hybrid (chosen per round, see DSP_SPEC_AUTO) with
+ * a block drafter, else lookup. */
 dsp_spec_mode dsp_engine_resolve_mode(const dsp_engine *e, dsp_spec_mode m);
 
 /* The cost curve --max-draft auto decides with, measured on first use (or read from a profile

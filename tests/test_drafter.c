@@ -95,7 +95,7 @@ typedef struct config {
 static const config g_configs[] = {
     {0, DSP_SPEC_DFLASH, 0, 0, 0},   {1, DSP_SPEC_DFLASH, 0, 0, 0},     {2, DSP_SPEC_DSPARK, 0, 0, 0},  {2, DSP_SPEC_DSPARK, 0.5f, 0, 0},
     {2, DSP_SPEC_DSPARK, 0, 0.3f, 0}, {2, DSP_SPEC_DFLASH, 0, 0, 0},    {3, DSP_SPEC_DSPARK, 0.7f, 0, 0}, {2, DSP_SPEC_HYBRID, 0, 0, 2},
-    {0, DSP_SPEC_HYBRID, 0, 0, 3},
+    {0, DSP_SPEC_HYBRID, 0, 0, 3},   {2, DSP_SPEC_AUTO, 0, 0, 0},      {0, DSP_SPEC_AUTO, 0, 0, 0},
 };
 #define N_CONFIGS ((int)(sizeof g_configs / sizeof g_configs[0]))
 static const int g_drafts[] = {1, 2, 3, 4, 7, 15, DSP_DRAFT_AUTO};
@@ -436,8 +436,8 @@ static void test_bad_params(void) {
     CHECK_EQ_INT(dsp_generate(g_eng[0], ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);
     CHECK(strstr(dsp_last_error(), "use mode dflash") != NULL);
     gp.mode = DSP_SPEC_AUTO;
-    CHECK_EQ_INT(dsp_engine_resolve_mode(g_eng[0], gp.mode), DSP_SPEC_DFLASH);
-    CHECK_EQ_INT(dsp_engine_resolve_mode(g_eng[2], gp.mode), DSP_SPEC_DSPARK);
+    CHECK_EQ_INT(dsp_engine_resolve_mode(g_eng[0], gp.mode), DSP_SPEC_HYBRID);
+    CHECK_EQ_INT(dsp_engine_resolve_mode(g_eng[2], gp.mode), DSP_SPEC_HYBRID);
     CHECK_EQ_INT(dsp_engine_resolve_mode(g_plain, gp.mode), DSP_SPEC_LOOKUP);
     gp.dspark_threshold = 1.5f;
     CHECK_EQ_INT(dsp_generate(g_eng[2], ids, 4, &gp, NULL, NULL, NULL), DSP_ERR_INVALID_ARG);

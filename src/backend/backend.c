@@ -2,6 +2,8 @@
 #include "backend/backend.h"
 
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 const char *dsp_backend_kind_name(dsp_backend_kind k) {
     switch (k) {
@@ -22,15 +24,24 @@ dsp_status dsp_backend_cuda_create(const dsp_backend_params *p, dsp_backend **ou
 }
 #endif
 
+dsp_backend_kind dsp_backend_auto_kind(void) {
+    const char *d = getenv("DSPARK_DEVICE");
+    if (d && !strcmp(d, "cpu")) return DSP_BACKEND_CPU;
+    if (d && !strcmp(d, "cuda")) return DSP_BACKEND_CUDA;
+    return dsp_backend_cuda_available() ? DSP_BACKEND_CUDA : DSP_BACKEND_CPU;
+}
+
 dsp_status dsp_backend_create(const dsp_backend_params *p, dsp_backend **out) {
     dsp_backend_params d = {.kind = DSP_BACKEND_AUTO};
     if (!p) p = &d;
     switch (p->kind) {
     case DSP_BACKEND_CPU: return dsp_backend_cpu_create(p, out);
     case DSP_BACKEND_CUDA: return dsp_backend_cuda_create(p, out);
-    /* auto is the CPU for now: the GPU forward still has to be shown right on real model shapes (a
-     * SmolLM2-135M-shaped model gave logits far from the CPU's; README, GPU). The GPU only when asked. */
-    case DSP_BACKEND_AUTO: return dsp_backend_cpu_create(p, out);
+    case DSP_BACKEND_AUTO: { /* the GPU when there is a usable one, else the CPU (dsp_backend_auto_kind) */
+        dsp_backend_params q = *p;
+        q.kind = dsp_backend_auto_kind();
+        return dsp_backend_create(&q, out);
+    }
     }
     *out = NULL;
     return dsp_error(DSP_ERR_INVALID_ARG, "unknown backend kind %d", (int)p->kind);

@@ -168,7 +168,11 @@ struct dsp_backend {
     char desc[128];          /* "cpu avx512, 2 threads", "cuda NVIDIA H200 (sm_90)" */
 };
 
-/* Create the backend params.kind asks for (AUTO: see dsp_backend_params). */
+/* What AUTO means here: $DSPARK_DEVICE (cpu or cuda) when set, else CUDA when the build has it and a
+ * GPU can run its kernels, else the CPU. */
+dsp_backend_kind dsp_backend_auto_kind(void);
+
+/* Create the backend params.kind asks for (AUTO: see dsp_backend_auto_kind). */
 dsp_status dsp_backend_create(const dsp_backend_params *p, dsp_backend **out);
 void dsp_backend_destroy(dsp_backend *be);
 const char *dsp_backend_kind_name(dsp_backend_kind k); /* "auto", "cpu", "cuda" */

@@ -64,7 +64,7 @@ static void usage(FILE *f) {
             "                       with --max-draft auto the cost profile is measured first and printed\n"
             "      --trace-rounds F one JSON line per speculation round of the measured decode runs\n"
             "      --bw-mb N        buffer of the bandwidth test in MiB (default 1024, 4096 on a GPU; 0 = skip)\n"
-            "      --backend B      where the forward runs: auto|cpu|cuda (default auto: the CPU for now)\n"
+            "      --backend B      where the forward runs: auto|cpu|cuda (default auto: the GPU when there is one, else the CPU)\n"
             "      --gpu N          CUDA device (default 0)\n"
             "      --kv-type T      K/V element type on the GPU: f16|bf16 (default f16)\n"
             "      --precision P    CPU matmuls: q8 (default, 8-bit activations) or f32\n"

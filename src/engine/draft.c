@@ -2,7 +2,8 @@
  *
  * Per round, before the layout: every decoding request gets its proposal. A request's own drafter
  * (prompt lookup, or a test's) proposes on the host; requests that draft with the engine's block
- * drafter (dflash, dspark, hybrid when lookup has no long match) are drafted together, in one block
+ * drafter (dflash, dspark, hybrid when lookup has no long match, auto when the drafter is expected to
+ * pay best: pick_source) are drafted together, in one block
  * forward (chunks of max_breqs requests); DSpark's confidence truncation and the max-draft cap or
  * --max-draft auto's choice then decide how many drafts each request verifies. After the target
  * forward, the block drafter's context step writes its K/V for every row of that forward
@@ -79,8 +80,7 @@ bool dsp_engine_drafter_info(const dsp_engine *e, dsp_drafter_info *out) {
 
 dsp_spec_mode dsp_engine_resolve_mode(const dsp_engine *e, dsp_spec_mode m) {
     if (m != DSP_SPEC_AUTO) return m;
-    if (!e->bd) return DSP_SPEC_LOOKUP;
-    return e->bdi->dspark ? DSP_SPEC_DSPARK : DSP_SPEC_DFLASH;
+    return e->bd ? DSP_SPEC_HYBRID : DSP_SPEC_LOOKUP;
 }
 
 /* ---- per request ---------------------------------------------------------------------------- */
@@ -88,6 +88,7 @@ dsp_spec_mode dsp_engine_resolve_mode(const dsp_engine *e, dsp_spec_mode m) {
 dsp_status dsp_engine_draft_setup(dsp_engine *e, dsp_req *r, dsp_drafter *drafter) {
     const dsp_gen_params *p = &r->p;
     r->mode = dsp_engine_resolve_mode(e, p->mode);
+    r->pick = p->mode == DSP_SPEC_AUTO && e->bd;
     r->bslot = -1;
     for (int b = 0; b < DSP_ACCEPT_BUCKETS; b++) dsp_accept_init(&r->acc[b]);
     dsp_rng_seed(&r->drng, p->seed ^ 0x5DEECE66DULL);
@@ -323,9 +324,23 @@ static int32_t worth_drafting(dsp_engine *e, dsp_req *r, int32_t cap, float draf
     return c.k;
 }
 
+/* Mode auto with a block drafter, before the block drafter runs: does r verify lookup's k_lookup
+ * drafts (match length match_len), run the block drafter (at most block_cap drafts), or draft
+ * nothing? The one with the best expected tokens per unit of time (spec/cost.h dsp_cost_rate),
+ * from the acceptance estimates alone (never the drafts themselves): a stopping rule, lossless. */
+typedef enum { PICK_NONE, PICK_LOOKUP, PICK_BLOCK } pick_src;
+static pick_src pick_source(dsp_engine *e, dsp_req *r, int32_t k_lookup, int32_t match_len, int32_t block_cap) {
+    const dsp_spec_profile *pr = &e->prof;
+    double none = dsp_cost_rate(pr, 0, 0, 0), look = 0, blk = 0;
+    if (k_lookup > 0) look = dsp_cost_rate(pr, 0, dsp_accept_p(&r->acc[dsp_accept_bucket(match_len)]), k_lookup);
+    if (block_cap > 0) blk = dsp_cost_rate(pr, pr->draft_rel, dsp_accept_p(&r->acc[0]), block_cap);
+    if (blk > none && blk > look) return PICK_BLOCK;
+    return look > none ? PICK_LOOKUP : PICK_NONE;
+}
+
 dsp_status dsp_engine_draft_round(dsp_engine *e) {
     int nb = 0, n_decode = 0;
-    bool any_auto = false;
+    bool any_auto = false, any_pick = false;
     for (int i = 0; i < e->n_running; i++) {
         dsp_req *r = e->running[i];
         if (r->state != DSP_REQ_DECODE) continue;
@@ -333,8 +348,9 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
         r->k = r->n_prop = 0, r->src = DSP_SRC_NONE, r->bslot = -1, r->sampled = false, r->acc_b = 0;
         bool autok = r->p.max_draft == DSP_DRAFT_AUTO;
         any_auto |= autok && (r->drafter || r->block);
+        any_pick |= r->pick;
     }
-    if (any_auto) dsp_engine_profile(e, NULL); /* on a failure the linear guess is used */
+    if (any_auto || any_pick) dsp_engine_profile(e, NULL); /* on a failure the linear guess is used */
     for (int i = 0; i < e->n_running; i++) {
         dsp_req *r = e->running[i];
         if (r->state != DSP_REQ_DECODE) continue;
@@ -349,6 +365,15 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
             for (int32_t j = 0; j < k; j++)
                 if (r->draft[j] < 0 || r->draft[j] >= e->n_vocab) k = j; /* a drafter bug must not reach the forward */
             bool use = r->mode != DSP_SPEC_HYBRID || (k > 0 && dsp_lookup_last_len(r->drafter) >= r->p.hybrid_min);
+            if (r->pick) {
+                int32_t slots = e->bdi->block;
+                if ((uint32_t)slots > e->n_ctx - (r->n_tokens - 1)) slots = (int32_t)(e->n_ctx - (r->n_tokens - 1));
+                int32_t bcap = dsp_block_n_draft(e->bdi, slots);
+                if (bcap > cap) bcap = cap;
+                pick_src ps = pick_source(e, r, k, k > 0 ? dsp_lookup_last_len(r->drafter) : 0, bcap);
+                if (ps == PICK_NONE) continue;
+                use = ps == PICK_LOOKUP;
+            }
             if (use) {
                 r->k = r->n_prop = k;
                 r->src = k ? DSP_SRC_DRAFTER : DSP_SRC_NONE;
@@ -450,6 +475,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
 void dsp_engine_draft_done(dsp_engine *e, dsp_req *r, int32_t k, const int32_t *out, int32_t n_out, int32_t emitted) {
     const int32_t a = n_out - 1;
     if (r->src != DSP_SRC_NONE || r->block) dsp_accept_round(&r->acc[r->acc_b], k, a); /* a round without an offer teaches nothing */
+    if (r->pick && r->src == DSP_SRC_DRAFTER) dsp_accept_round(&r->acc[0], 0, 0); /* (auto) the block drafter's estimate decays in lookup's rounds too */
     r->res.kept_hist[k]++;
     if (!r->p.trace) return;
     dsp_round_trace t;

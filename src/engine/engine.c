@@ -159,7 +159,21 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
         return dsp_error(DSP_ERR_INVALID_ARG, "unknown device %d", (int)p.device);
     if (p.kv_type != DSP_KV_DEFAULT && p.kv_type != DSP_KV_F16 && p.kv_type != DSP_KV_BF16)
         return dsp_error(DSP_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
-    if (p.kv_type != DSP_KV_DEFAULT && p.device != DSP_DEVICE_CUDA) /* auto is the CPU for now (backend.c) */
+    if (p.device == DSP_DEVICE_AUTO) { /* the GPU when there is one and the model fits, else the CPU */
+        if (dsp_backend_auto_kind() == DSP_BACKEND_CUDA) {
+            dsp_engine_params q = p;
+            q.device = DSP_DEVICE_CUDA;
+            dsp_status st = dsp_engine_create(m, &q, out);
+            if (st == DSP_OK || getenv("DSPARK_DEVICE")) return st; /* DSPARK_DEVICE=cuda: the GPU or an error */
+            DSP_LOGW("the GPU cannot run %s (%s): running on the CPU", m->path, dsp_last_error());
+        }
+        p.device = DSP_DEVICE_CPU;
+        if (p.kv_type != DSP_KV_DEFAULT) {
+            DSP_LOGI("K/V type %s is for the GPU: the CPU keeps K/V in F32", dsp_kv_type_to_string(p.kv_type));
+            p.kv_type = DSP_KV_DEFAULT;
+        }
+    }
+    if (p.kv_type != DSP_KV_DEFAULT && p.device != DSP_DEVICE_CUDA)
         return dsp_error(DSP_ERR_INVALID_ARG, "KV cache type %s: the CPU keeps K/V in F32 (the type is for device cuda)",
                          dsp_kv_type_to_string(p.kv_type));
     if (p.max_batch == 0) p.max_batch = 8;

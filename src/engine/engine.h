@@ -61,6 +61,7 @@ typedef struct dsp_req {
     dsp_drafter *drafter;        /* per-request drafter: lookup (lookup, hybrid) or a test's; NULL: none */
     bool own_drafter;
     bool block;                  /* drafts with the engine's block drafter (dflash, dspark, hybrid) */
+    bool pick;                   /* mode auto with a block drafter: lookup, block or nothing, chosen each round */
     float *q;                    /* (DSP_MAX_DRAFT, n_vocab) when the drafts come with their distribution */
     uint32_t observed;           /* tokens the drafter has seen */
     int32_t draft[DSP_MAX_DRAFT];

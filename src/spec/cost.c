@@ -48,6 +48,16 @@ static float surv(const dsp_cost_req *r, int i) { /* expected survival of draft 
     return r->a ? r->a[i - 1] : powf(r->p, (float)i);
 }
 
+double dsp_cost_rate(const dsp_spec_profile *p, float draft_cost, float acc_p, int32_t k) {
+    double tokens = 1, a = 1, best = 0;
+    for (int32_t j = 1; j <= k; j++) {
+        tokens += (a *= acc_p);
+        double r = tokens / ((double)draft_cost + dsp_cost_time(p, 1 + j, 0));
+        if (r > best) best = r;
+    }
+    return k > 0 ? best : 1.0 / ((double)draft_cost + dsp_cost_time(p, 1, 0));
+}
+
 void dsp_cost_choose(const dsp_spec_profile *p, int base_rows, double base_extra_keys, int n_tokens, float draft_cost, dsp_cost_req *reqs,
                      int n) {
     for (int j = 0; j < n; j++) reqs[j].k = 0;

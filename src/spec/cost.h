@@ -51,6 +51,11 @@ typedef struct dsp_cost_req {
     int32_t k;           /* out: drafts to verify */
 } dsp_cost_req;
 
+/* Expected tokens per unit of time of one request's round alone that verifies the best prefix of k
+ * drafts (1..k), each accepted with probability p after the ones before it:
+ * max over j of (1 + sum_{i<=j} p^i) / (draft_cost + c(1 + j)). */
+double dsp_cost_rate(const dsp_spec_profile *p, float draft_cost, float acc_p, int32_t k);
+
 /* Choose k for every request of a round: base_rows rows are in the forward anyway (one per decoding
  * request, prefill chunks), base_extra_keys their keys beyond ctx_tokens, n_tokens the tokens they
  * decide for sure (the decoding requests), draft_cost the block drafter's cost this round. */
