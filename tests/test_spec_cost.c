@@ -68,7 +68,7 @@ static void test_cap_shrinks_with_rows(void) {
 
 static void test_never_worse_than_no_drafts(void) {
     /* whatever it picks has an expected rate at least that of drafting nothing, and at least that of
-     * every fixed length for every request */
+     * every fixed length for every request, up to the margin it demands before drafting at all */
     dsp_spec_profile prof = measured_curve();
     const float ps[] = {0.05f, 0.3f, 0.5f, 0.7f, 0.9f, 0.99f};
     for (int B = 1; B <= 16; B *= 2)
@@ -81,7 +81,7 @@ static void test_never_worse_than_no_drafts(void) {
                 dsp_cost_req f[16];
                 memcpy(f, r, sizeof f);
                 for (int j = 0; j < B; j++) f[j].k = k;
-                CHECK_MSG(got >= rate_of(&prof, f, B) - 1e-9, "B %d p %g: chosen rate %g < fixed k %d's %g", B, (double)ps[pi], got, k,
+                CHECK_MSG(got * (1 + DSP_COST_MARGIN) >= rate_of(&prof, f, B) - 1e-9, "B %d p %g: chosen rate %g < fixed k %d's %g", B, (double)ps[pi], got, k,
                           rate_of(&prof, f, B));
             }
         }
@@ -100,6 +100,44 @@ static void test_best_prefix_not_first_stop(void) {
     dsp_cost_req r = {0.9f, NULL, 8, 10, 0};
     dsp_cost_choose(&prof, 1, 0, 1, 0, 0, &r, 1);
     CHECK_EQ_INT(r.k, 8);
+}
+
+/* The best expected rate over every number m of extra rows, by brute force, for B requests with
+ * the same p (the top m survivals of the ranking: drafts 1 of every request, then drafts 2, ...),
+ * relative to drafting nothing. */
+static double best_gain(const dsp_spec_profile *prof, int B, float p, int kmax) {
+    double none = B / dsp_cost_time(prof, B, 0), best = none, tok = B;
+    for (int m = 1; m <= B * kmax; m++) {
+        tok += pow(p, (m - 1) / B + 1);
+        double r = tok / dsp_cost_time(prof, B + m, 0);
+        if (r > best) best = r;
+    }
+    return best / none;
+}
+
+static void test_margin(void) {
+    /* for every p the rule either drafts nothing, when no choice promises the margin over drafting
+     * nothing, or reaches the brute-force optimum; and some p fall between (gain > 1, < margin) */
+    dsp_spec_profile prof = measured_curve();
+    int n_between = 0;
+    for (int B = 1; B <= 16; B *= 2)
+        for (int pi = 30; pi <= 99; pi++) {
+            float p = (float)pi / 100;
+            double g = best_gain(&prof, B, p, 8);
+            dsp_cost_req r[16];
+            for (int j = 0; j < B; j++) r[j] = (dsp_cost_req){p, NULL, 8, 100, 0};
+            dsp_cost_choose(&prof, B, 0, B, 0, 0, r, B);
+            int sum = 0;
+            for (int j = 0; j < B; j++) sum += r[j].k;
+            double got = rate_of(&prof, r, B) / (B / dsp_cost_time(&prof, B, 0));
+            if (g < 1 + DSP_COST_MARGIN - 1e-6) {
+                CHECK_MSG(sum == 0, "B %d p %.2f: best gain %.4f is under the margin, yet %d drafts", B, (double)p, g, sum);
+                n_between += g > 1 + 1e-6;
+            } else if (g > 1 + DSP_COST_MARGIN + 1e-6) {
+                CHECK_MSG(sum > 0 && fabs(got - g) < 1e-4, "B %d p %.2f: best gain %.4f, got %.4f with %d drafts", B, (double)p, g, got, sum);
+            }
+        }
+    CHECK(n_between > 0);
 }
 
 static void test_drafter_cost_not_sunk(void) {
@@ -167,6 +205,7 @@ int main(void) {
     DSP_RUN(test_cap_shrinks_with_rows);
     DSP_RUN(test_never_worse_than_no_drafts);
     DSP_RUN(test_best_prefix_not_first_stop);
+    DSP_RUN(test_margin);
     DSP_RUN(test_drafter_cost_not_sunk);
     DSP_RUN(test_ranking_across_requests);
     DSP_RUN(test_host_time_counts);

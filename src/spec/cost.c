@@ -85,7 +85,8 @@ void dsp_cost_choose(const dsp_spec_profile *p, int base_rows, double base_extra
     /* pass 1: walk the whole ranking, remember the length of its best prefix */
     double tokens = n_tokens, extra = base_extra_keys;
     int rows = base_rows, taken = 0, best_taken = 0;
-    double best = tokens / ((double)sunk_cost + dsp_cost_time(p, rows, extra));
+    const double base = tokens / ((double)sunk_cost + dsp_cost_time(p, rows, extra));
+    double best = base;
     for (;;) {
         float aq;
         int q = next_candidate(reqs, n, &aq);
@@ -95,6 +96,10 @@ void dsp_cost_choose(const dsp_spec_profile *p, int base_rows, double base_extra
         double rate = tokens / ((double)sunk_cost + (double)draft_cost + dsp_cost_time(p, rows, extra));
         if (rate > best) best = rate, best_taken = taken;
     }
+    /* drafting at all must promise a margin over drafting nothing: the drafts that win the ranking
+     * are the ones whose estimates came out high, so their realized acceptance is lower (measured at
+     * 8 clients on the default model: 0.63 tokens per draft row where the rule needed >= 0.83) */
+    if (best_taken > 0 && best < (1.0 + DSP_COST_MARGIN) * base) best_taken = 0;
     /* pass 2: take that prefix (the ranking is deterministic, so it is the same one) */
     for (int j = 0; j < n; j++) reqs[j].k = 0;
     for (int t = 0; t < best_taken; t++) {

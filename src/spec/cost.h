@@ -24,7 +24,10 @@
  * largest expected gain (a_q is non-increasing in i, so it is a set of prefixes). The rule decides
  * whether to verify draft i from the estimates alone, never from the drafted tokens, so the output
  * stays lossless. O is the round's host time outside the forward (drafting, verification,
- * emission), measured by the engine; it is paid with or without drafts.
+ * emission), measured by the engine; it is paid with or without drafts. Drafting at all must beat
+ * the empty prefix by DSP_COST_MARGIN: the estimates of the drafts that rank first are biased high
+ * (they rank first partly because they came out high), and a round near break-even is better left
+ * plain.
  * With R = 1 it is the k maximising (1 + sum_{i<=k} p^i) / (O + D + c(k)).
  *
  * Prior: a request starts from the engine's pooled acceptance of the same bucket (all requests'
@@ -75,6 +78,7 @@ typedef struct dsp_cost_req {
  * decide for sure (the decoding requests). Costs in units of a 1-row forward: sunk_cost is paid
  * whatever is chosen (the round's host time, a drafter that already ran), draft_cost only when some
  * request verifies a draft (a block drafter that has not run yet). */
+#define DSP_COST_MARGIN 0.05 /* a round drafts only when it expects >= 5% more tokens per unit time */
 void dsp_cost_choose(const dsp_spec_profile *p, int base_rows, double base_extra_keys, int n_tokens, float sunk_cost, float draft_cost,
                      dsp_cost_req *reqs, int n);
 
