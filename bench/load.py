@@ -3,9 +3,17 @@
 
   sweep      1, 2, 4, 8, 16 concurrent clients (--levels), each sending --per-client streaming
              chat requests of --max-tokens greedy tokens (ignore_eos, so every request decodes the
-             same length). Per level: aggregate output tok/s and its ratio to 1 client, time to
-             first token p50/p99, inter-token latency p50/p99 (gaps between content chunks of one
-             stream). Every response is checked against the same request run alone first.
+             same length), and more until the level has run --min-seconds. Per level: aggregate
+             output tok/s and its ratio to 1 client, time to first token p50/p99, inter-token
+             latency p50/p99 (gaps between content chunks of one stream), and the CPU seconds the
+             server and this client used (on a small machine the Python client competes with the
+             server for the cores: client_cpu_share says how much). --repeat N runs the whole sweep
+             N times on one server and reports each level's median throughput; the engine's
+             /metrics say where its time went per round (rows, forward ms, host ms outside the
+             forward). --vs-serve-args ARGS starts a second server and runs each level on both,
+             alternately, reporting the ratio of the two per level (median over the repeats): on a
+             shared machine this compares like with like. Every response is checked against the
+             same request run alone first.
   multiturn  a ~2,000-token conversation: the first turn cold, then follow-up turns that reuse
              its KV from the prefix cache; the follow-up's TTFT against the same request on a
              server started with --no-prefix-cache (cold). Both outputs must be equal.
@@ -15,7 +23,11 @@
   memory     server RSS after 100 and after --memory-requests mixed requests (some abandoned).
 
   python3 bench/load.py --json > bench/results/load-$(date +%F).json
-  python3 bench/load.py --scenario sweep --serve-args "--mode baseline"
+  python3 bench/load.py --scenario sweep --serve-args "--max-batch 16 --threads 2 --mode baseline"
+  python3 bench/load.py --scenario sweep --levels 1,8 --min-seconds 10 --repeat 3 \
+      --serve-args "--max-batch 16 --threads 2" --vs-serve-args "--max-batch 16 --threads 2 --mode baseline"
+
+--serve-args replaces the default arguments (--max-batch 16 --threads 2): repeat them.
 
 It starts build/release/dspark serve itself (a fresh one per scenario). Standard library only."""
 import argparse
@@ -78,6 +90,25 @@ class Server:
                 sys.exit("dspark serve did not start:\n" + open(self.logf.name, errors="replace").read())
             time.sleep(0.05)
 
+    def cpu_s(self):
+        """CPU seconds (user + system) the server process has used so far."""
+        f = open("/proc/%d/stat" % self.proc.pid).read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+    def metrics(self):
+        """The engine's round counters from /metrics (zeros for a server without them)."""
+        names = ("dspark_rounds_total", "dspark_forward_rows_total", "dspark_forward_seconds_total", "dspark_round_host_seconds_total")
+        c = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+        out = dict.fromkeys(names, 0.0)
+        for ln in text.splitlines():
+            parts = ln.split()
+            if len(parts) == 2 and parts[0] in out:
+                out[parts[0]] = float(parts[1])
+        return out
+
     def rss_mb(self):
         for ln in open("/proc/%d/status" % self.proc.pid):
             if ln.startswith("VmRSS:"):
@@ -87,7 +118,10 @@ class Server:
     def close(self):
         self.proc.terminate()
         self.proc.wait(timeout=120)
-        os.unlink(self.logf.name)
+        if os.environ.get("DSP_LOAD_KEEP_LOG"):
+            print("server log: " + self.logf.name, file=sys.stderr)
+        else:
+            os.unlink(self.logf.name)
 
 
 def request(srv, messages, max_tokens, stream, extra=None):
@@ -135,49 +169,118 @@ def chat(q, system=None):
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": q}]
 
 
+def sweep_level(a, srv, refs, n_cl):
+    """n_cl clients, each sending at least --per-client requests, until --min-seconds have passed."""
+    res, problems, lock = [], [], threading.Lock()
+    t_end = [None]
+
+    def worker(k):
+        j = 0
+        while j < a.per_client or time.perf_counter() < t_end[0]:
+            i = (k * a.per_client + j) % len(PROMPTS)
+            j += 1
+            try:
+                text, ntok, _, t0, times = request(srv, chat(PROMPTS[i]), a.max_tokens, not a.no_stream)
+            except Exception as e:  # reported
+                with lock:
+                    problems.append(str(e))
+                continue
+            with lock:
+                if text != refs[i]:
+                    problems.append("wrong output for prompt %d" % i)
+                res.append((ntok, t0, times))
+
+    load0 = os.getloadavg()[0]
+    m0 = srv.metrics()
+    cpu_cl0, cpu_srv0 = time.process_time(), srv.cpu_s()
+    t0 = time.perf_counter()
+    t_end[0] = t0 + a.min_seconds
+    ths = [threading.Thread(target=worker, args=(k,)) for k in range(n_cl)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    wall = time.perf_counter() - t0
+    cpu_cl, cpu_srv = time.process_time() - cpu_cl0, srv.cpu_s() - cpu_srv0
+    m1 = srv.metrics()
+    d = {k: m1[k] - m0[k] for k in m0}
+    rounds = d["dspark_rounds_total"]
+    # where the engine thread's time went: forwards, the rest of its rounds, and neither (waiting for
+    # requests, handing events to connections)
+    engine = {"rounds": int(rounds), "rows_per_round": round(d["dspark_forward_rows_total"] / rounds, 2) if rounds else None,
+              "forward_ms_per_round": round(1e3 * d["dspark_forward_seconds_total"] / rounds, 3) if rounds else None,
+              "host_ms_per_round": round(1e3 * d["dspark_round_host_seconds_total"] / rounds, 3) if rounds else None,
+              "forward_share": round(d["dspark_forward_seconds_total"] / wall, 3),
+              "host_share": round(d["dspark_round_host_seconds_total"] / wall, 3)}
+    toks = sum(r[0] for r in res)
+    ttft = [r[2][0] - r[1] for r in res if r[2]]
+    itl = [b - a_ for r in res for a_, b in zip(r[2], r[2][1:])]
+    lv = {"clients": n_cl, "requests": len(res), "wall_s": round(wall, 2), "completion_tokens": toks,
+          "throughput_tok_s": round(toks / wall, 2), "ttft_s": stats(ttft), "itl_s": stats(itl),
+          "server_cpu_s": round(cpu_srv, 2), "tok_per_server_cpu_s": round(toks / cpu_srv, 2) if cpu_srv > 0 else None, "client_cpu_s": round(cpu_cl, 2), "client_cpu_share": round(cpu_cl / wall, 3),
+          "engine": engine, "loadavg_before": round(load0, 2), "loadavg_after": round(os.getloadavg()[0], 2),
+          "n_problems": len(problems), "problems": problems[:10]}
+    print("  sweep: %2d clients: %.1f tok/s aggregate, TTFT p50 %.3f p99 %.3f s, ITL p50 %.4f p99 %.4f s, CPU s server %.1f client %.1f "
+          "(wall %.1f s), rounds: %s rows, %s ms forward + %s ms host (%.0f%% + %.0f%% of wall), load %.1f, %d problems" % (
+              n_cl, toks / wall, pct(ttft, 50), pct(ttft, 99), pct(itl, 50), pct(itl, 99), cpu_srv, cpu_cl, wall, engine["rows_per_round"],
+              engine["forward_ms_per_round"], engine["host_ms_per_round"], 100 * engine["forward_share"], 100 * engine["host_share"], load0,
+              len(problems)), file=sys.stderr)
+    return lv
+
+
+def median_level(lvs):
+    """The level whose throughput is the median of the repeats, with every repeat's throughput."""
+    order = sorted(lvs, key=lambda lv: lv["throughput_tok_s"])
+    med = dict(order[(len(order) - 1) // 2])
+    med["throughput_runs_tok_s"] = [lv["throughput_tok_s"] for lv in lvs]
+    med["throughput_tok_s"] = round(pct([lv["throughput_tok_s"] for lv in lvs], 50), 2)
+    return med
+
+
 def sweep(a):
-    srv = Server(a.bin, a.model, a.serve_args.split())
+    """The sweep on one server, or with --vs-serve-args on two at once, level by level alternately
+    (on a shared machine the neighbours' load drifts; alternating puts both sides under the same)."""
+    srvs = [Server(a.bin, a.model, a.serve_args.split())]
     try:
-        refs = [request(srv, chat(p), a.max_tokens, False)[0] for p in PROMPTS]
-        levels = []
-        for n_cl in [int(x) for x in a.levels.split(",")]:
-            res, problems, lock = [], [], threading.Lock()
-
-            def worker(k):
-                for j in range(a.per_client):
-                    i = (k * a.per_client + j) % len(PROMPTS)
-                    try:
-                        text, ntok, _, t0, times = request(srv, chat(PROMPTS[i]), a.max_tokens, True)
-                    except Exception as e:  # reported
-                        with lock:
-                            problems.append(str(e))
-                        continue
-                    with lock:
-                        if text != refs[i]:
-                            problems.append("wrong output for prompt %d" % i)
-                        res.append((ntok, t0, times))
-
-            t0 = time.perf_counter()
-            ths = [threading.Thread(target=worker, args=(k,)) for k in range(n_cl)]
-            for t in ths:
-                t.start()
-            for t in ths:
-                t.join()
-            wall = time.perf_counter() - t0
-            toks = sum(r[0] for r in res)
-            ttft = [r[2][0] - r[1] for r in res if r[2]]
-            itl = [b - a_ for r in res for a_, b in zip(r[2], r[2][1:])]
-            levels.append({"clients": n_cl, "requests": len(res), "wall_s": round(wall, 2), "completion_tokens": toks,
-                           "throughput_tok_s": round(toks / wall, 2), "ttft_s": stats(ttft), "itl_s": stats(itl),
-                           "n_problems": len(problems), "problems": problems[:10]})
-            print("  sweep: %2d clients: %.1f tok/s aggregate, TTFT p50 %.3f p99 %.3f s, ITL p50 %.4f p99 %.4f s, %d problems" % (
-                n_cl, toks / wall, pct(ttft, 50), pct(ttft, 99), pct(itl, 50), pct(itl, 99), len(problems)), file=sys.stderr)
-        base = levels[0]["throughput_tok_s"] or float("nan")
-        for lv in levels:
-            lv["speedup_vs_1_client"] = round(lv["throughput_tok_s"] / base, 3)
-        return {"scenario": "sweep", "max_tokens": a.max_tokens, "per_client": a.per_client, "serve_args": a.serve_args, "levels": levels}
+        if a.vs_serve_args is not None:
+            srvs.append(Server(a.vs_bin or a.bin, a.model, a.vs_serve_args.split()))
+        refs = [request(srvs[0], chat(p), a.max_tokens, False)[0] for p in PROMPTS]
+        for other in srvs[1:]:  # both sides must give the same answers (lossless), or the comparison is void
+            if [request(other, chat(p), a.max_tokens, False)[0] for p in PROMPTS] != refs:
+                sys.exit("--vs-serve-args: the two servers answer differently")
+        runs = [[] for _ in srvs]
+        for rep in range(a.repeat):
+            levels = [[] for _ in srvs]
+            for n_cl in [int(x) for x in a.levels.split(",")]:
+                for k, srv in enumerate(srvs):
+                    levels[k].append(sweep_level(a, srv, refs, n_cl))
+            for k in range(len(srvs)):
+                runs[k].append(levels[k])
+        outs = []
+        for k, args in enumerate([a.serve_args, a.vs_serve_args][:len(srvs)]):
+            rk = runs[k]
+            levels = rk[0] if a.repeat == 1 else [median_level([run[i] for run in rk]) for i in range(len(rk[0]))]
+            base = levels[0]["throughput_tok_s"] or float("nan")
+            for lv in levels:
+                lv["speedup_vs_1_client"] = round(lv["throughput_tok_s"] / base, 3)
+            out = {"scenario": "sweep", "max_tokens": a.max_tokens, "per_client": a.per_client, "min_seconds": a.min_seconds,
+                   "repeat": a.repeat, "serve_args": args, "levels": levels}
+            if a.repeat > 1:
+                out["runs"] = rk
+            outs.append(out)
+        if len(outs) == 1:
+            return outs[0]
+        # per level: the first server's throughput over the second's, repeat by repeat (run back to back)
+        ratios = []
+        for i, lv in enumerate(outs[0]["levels"]):
+            rs = [runs[0][r][i]["throughput_tok_s"] / runs[1][r][i]["throughput_tok_s"] for r in range(a.repeat)]
+            ratios.append({"clients": lv["clients"], "ratio_median": round(pct(rs, 50), 3), "ratios": [round(x, 3) for x in rs]})
+            print("  sweep: %2d clients: '%s' / '%s' = %.3f (median of %s)" % (lv["clients"], a.serve_args, a.vs_serve_args, pct(rs, 50),
+                                                                               ", ".join("%.3f" % x for x in rs)), file=sys.stderr)
+        return {"scenario": "sweep_vs", "a": outs[0], "b": outs[1], "b_bin": a.vs_bin or a.bin, "a_over_b": ratios}
     finally:
-        srv.close()
+        for srv in srvs:
+            srv.close()
 
 
 def multiturn(a):
@@ -284,6 +387,12 @@ def main():
     ap.add_argument("--levels", default="1,2,4,8,16")
     ap.add_argument("--per-client", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--min-seconds", type=float, default=0, help="sweep: each level keeps sending requests until it has run this long")
+    ap.add_argument("--repeat", type=int, default=1, help="sweep: run the levels this many times; each level reports the median")
+    ap.add_argument("--vs-serve-args", default=None, help="sweep: a second server with these arguments, run level by level "
+                    "alternately with the first; reports each side and the ratio first / second per level")
+    ap.add_argument("--vs-bin", default=None, help="the second server's binary (default: --bin), e.g. a build of the previous commit")
+    ap.add_argument("--no-stream", action="store_true", help="sweep: non-streaming requests (less client work; no ITL)")
     ap.add_argument("--long-streams", type=int, default=4)
     ap.add_argument("--long-tokens", type=int, default=400)
     ap.add_argument("--long-idle", type=float, default=3.0, help="seconds of idle streaming before the long prompt arrives")
@@ -306,7 +415,9 @@ def main():
             print(json.dumps(r))
     if a.json:
         print(json.dumps(out, indent=1))
-    bad = any(lv["n_problems"] for s in out["scenarios"] if s["scenario"] == "sweep" for lv in s["levels"])
+    sweeps = [s for s in out["scenarios"] if s["scenario"] == "sweep"] + [x for s in out["scenarios"] if s["scenario"] == "sweep_vs"
+                                                                        for x in (s["a"], s["b"])]
+    bad = any(lv["n_problems"] for s in sweeps for run in s.get("runs", [s["levels"]]) for lv in run)
     bad |= any(not s["outputs_equal"] for s in out["scenarios"] if s["scenario"] == "multiturn")
     sys.exit(1 if bad else 0)
 

@@ -409,6 +409,10 @@ typedef struct dsp_engine_stats {
     uint64_t accept_hist[DSP_MAX_DRAFT + 2]; /* verify rounds by tokens they decided */
     uint64_t block_drafts;      /* requests drafted by the block drafter (summed over rounds) */
     double draft_ms;            /* time in the block drafter (draft and context steps) */
+    uint64_t forward_rows;      /* rows of every round's target forward */
+    double forward_ms;          /* time in the rounds' target forwards (with the drafter's context step) */
+    double host_ms;             /* the rounds' time outside the forward: drafting, layout, verification,
+                                 * sampling, detokenization, stop strings, events */
 } dsp_engine_stats;
 void dsp_engine_get_stats(const dsp_engine *e, dsp_engine_stats *st);
 /* Drop every cached prefix (blocks of running requests are kept). */

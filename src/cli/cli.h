@@ -58,7 +58,7 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_pa
     "                          a DFlash one, else lookup), dspark, dflash, hybrid (lookup when its match\n"     \
     "                          has --hybrid-min tokens, else the drafter), lookup, baseline. Always\n"          \
     "                          lossless: the output is what baseline gives\n"                                  \
-    "      --max-draft N|auto  drafted tokens verified per round at most, 1..32 (default %d); auto: per\n"      \
+    "      --max-draft N|auto  drafted tokens verified per round at most, 1..32 (default %s); auto: per\n"      \
     "                          round, the number with the most expected tokens per second (README)\n"        \
     "      --dspark-threshold T  DSpark: keep drafts before the first slot with confidence < T (0 = off)\n"   \
     "      --dspark-cumulative T DSpark: also cut where the product of confidences falls below T (0 = off)\n" \
@@ -71,6 +71,8 @@ struct dsp_engine;
 void dsp_cli_log_spec(const struct dsp_engine *e, const struct dsp_gen_params *gp);
 /* The CLI's speculation defaults (the library's are baseline): --mode auto, --max-draft below. */
 #define DSP_CLI_DEFAULT_MAX_DRAFT 8
+#define DSP_CLI_STR_(x) #x
+#define DSP_CLI_STR(x) DSP_CLI_STR_(x)
 /* Also marks the sampling fields "not given" (negative) for dsp_cli_sampling_defaults. */
 void dsp_cli_spec_defaults(struct dsp_gen_params *gp);
 struct dsp_model;

@@ -42,7 +42,7 @@ static void usage(FILE *f) {
             "                          (accepted / drafted) and decode_tok_per_s\n"
             "      --trace-rounds FILE one JSON line per speculation round: pos, draft, kept, accepted, next\n"
             "  -h, --help              this help\n",
-            DSP_CLI_DEFAULT_MAX_DRAFT);
+            DSP_CLI_STR(DSP_CLI_DEFAULT_MAX_DRAFT));
 }
 
 typedef struct gen_opts {

@@ -48,7 +48,7 @@ static void usage(FILE *f) {
             "                             (chat_template_kwargs.enable_thinking, Anthropic's thinking)\n"
             DSP_CLI_ENGINE_HELP
             "  -h, --help                 this help\n",
-            4);
+            "auto");
 }
 
 static bool num(const char *opt, const char *s, double lo, double hi, double *out) {

@@ -90,7 +90,7 @@ dsp_status dsp_engine_draft_setup(dsp_engine *e, dsp_req *r, dsp_drafter *drafte
     r->mode = dsp_engine_resolve_mode(e, p->mode);
     r->pick = p->mode == DSP_SPEC_AUTO && e->bd;
     r->bslot = -1;
-    for (int b = 0; b < DSP_ACCEPT_BUCKETS; b++) dsp_accept_init(&r->acc[b]);
+    for (int b = 0; b < DSP_ACCEPT_BUCKETS; b++) dsp_accept_init_prior(&r->acc[b], &e->acc_pool[b]);
     dsp_rng_seed(&r->drng, p->seed ^ 0x5DEECE66DULL);
     bool block = r->mode == DSP_SPEC_DFLASH || r->mode == DSP_SPEC_DSPARK || r->mode == DSP_SPEC_HYBRID;
     if (block && !e->bd)
@@ -315,12 +315,16 @@ static int32_t confident(const dsp_gen_params *p, const float *conf, int32_t n) 
     return n;
 }
 
+/* The round's host time outside the forward, in units of the profile's 1-row forward. */
+static float host_cost(const dsp_engine *e) { return e->prof.one_row_ms > 0 ? (float)(e->host_ms / e->prof.one_row_ms) : 0; }
+
 /* --max-draft auto, before drafting: how many of r's drafts are expected to pay for the drafter
- * (0: none, so it does not run). Only that many slots are decoded (LM head, Markov steps): the
- * choice uses the acceptance estimate alone, never the drafts, so it is a stopping rule. */
-static int32_t worth_drafting(dsp_engine *e, dsp_req *r, int32_t cap, float draft_cost) {
+ * (0: none, so it does not run), in a round where n_decode requests decode anyway. Only that many
+ * slots are decoded (LM head, Markov steps): the choice uses the acceptance estimate alone, never
+ * the drafts, so it is a stopping rule. */
+static int32_t worth_drafting(dsp_engine *e, dsp_req *r, int32_t cap, float draft_cost, int n_decode) {
     dsp_cost_req c = {dsp_accept_p(&r->acc[0]), NULL, cap, r->n_tokens, 0};
-    dsp_cost_choose(&e->prof, 1, 0, 1, draft_cost, &c, 1);
+    dsp_cost_choose(&e->prof, n_decode, 0, n_decode, host_cost(e), draft_cost, &c, 1);
     return c.k;
 }
 
@@ -329,12 +333,13 @@ static int32_t worth_drafting(dsp_engine *e, dsp_req *r, int32_t cap, float draf
  * nothing? The one with the best expected tokens per unit of time (spec/cost.h dsp_cost_rate),
  * from the acceptance estimates alone (never the drafts themselves): a stopping rule, lossless. */
 typedef enum { PICK_NONE, PICK_LOOKUP, PICK_BLOCK } pick_src;
-static pick_src pick_source(dsp_engine *e, dsp_req *r, int32_t k_lookup, int32_t match_len, int32_t block_cap) {
+static pick_src pick_source(dsp_engine *e, dsp_req *r, int32_t k_lookup, int32_t match_len, int32_t block_cap, int n_decode) {
     const dsp_spec_profile *pr = &e->prof;
-    double none = dsp_cost_rate(pr, 0, 0, 0), look = 0, blk = 0;
-    if (k_lookup > 0) look = dsp_cost_rate(pr, 0, dsp_accept_p(&r->acc[dsp_accept_bucket(match_len)]), k_lookup);
-    if (block_cap > 0) blk = dsp_cost_rate(pr, pr->draft_rel, dsp_accept_p(&r->acc[0]), block_cap);
-    if (blk > none && blk > look) return PICK_BLOCK;
+    const float host = host_cost(e);
+    double none = dsp_cost_rate(pr, n_decode, host, 0, 0), look = 0, blk = 0;
+    if (k_lookup > 0) look = dsp_cost_rate(pr, n_decode, host, dsp_accept_p(&r->acc[dsp_accept_bucket(match_len)]), k_lookup);
+    if (block_cap > 0) blk = dsp_cost_rate(pr, n_decode, host + pr->draft_rel, dsp_accept_p(&r->acc[0]), block_cap);
+    if (blk > (1.0 + DSP_COST_MARGIN) * none && blk > look) return PICK_BLOCK;
     return look > none ? PICK_LOOKUP : PICK_NONE;
 }
 
@@ -370,7 +375,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
                 if ((uint32_t)slots > e->n_ctx - (r->n_tokens - 1)) slots = (int32_t)(e->n_ctx - (r->n_tokens - 1));
                 int32_t bcap = dsp_block_n_draft(e->bdi, slots);
                 if (bcap > cap) bcap = cap;
-                pick_src ps = pick_source(e, r, k, k > 0 ? dsp_lookup_last_len(r->drafter) : 0, bcap);
+                pick_src ps = pick_source(e, r, k, k > 0 ? dsp_lookup_last_len(r->drafter) : 0, bcap, n_decode);
                 if (ps == PICK_NONE) continue;
                 use = ps == PICK_LOOKUP;
             }
@@ -391,7 +396,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
         int32_t full = dsp_block_n_draft(in, n_slots);
         if (full <= 0) continue;
         int32_t want = cap < full ? cap : full;
-        if (autok && (want = worth_drafting(e, r, want, e->prof.draft_rel)) == 0) continue;
+        if (autok && (want = worth_drafting(e, r, want, e->prof.draft_rel, n_decode)) == 0) continue;
         dsp_block_req *q = &e->breqs[nb];
         memset(q, 0, sizeof *q);
         q->kv = &r->kv;
@@ -461,7 +466,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
     }
     if (nc == 0) return DSP_OK;
     float dcost = nb ? e->prof.draft_rel + (float)(nb - 1) * e->prof.draft_rel_per_req : 0;
-    dsp_cost_choose(&e->prof, base_rows, base_extra, n_decode, dcost, e->creqs, nc);
+    dsp_cost_choose(&e->prof, base_rows, base_extra, n_decode, host_cost(e) + dcost, 0, e->creqs, nc); /* the drafter has run */
     nc = 0;
     for (int i = 0; i < e->n_running; i++) {
         dsp_req *r = e->running[i];
@@ -474,7 +479,10 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
 
 void dsp_engine_draft_done(dsp_engine *e, dsp_req *r, int32_t k, const int32_t *out, int32_t n_out, int32_t emitted) {
     const int32_t a = n_out - 1;
-    if (r->src != DSP_SRC_NONE || r->block) dsp_accept_round(&r->acc[r->acc_b], k, a); /* a round without an offer teaches nothing */
+    if (r->src != DSP_SRC_NONE || r->block) { /* a round without an offer teaches nothing */
+        dsp_accept_round(&r->acc[r->acc_b], k, a);
+        dsp_accept_pool(&e->acc_pool[r->acc_b], k, a);
+    }
     if (r->pick && r->src == DSP_SRC_DRAFTER) dsp_accept_round(&r->acc[0], 0, 0); /* (auto) the block drafter's estimate decays in lookup's rounds too */
     r->res.kept_hist[k]++;
     if (!r->p.trace) return;

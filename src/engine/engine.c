@@ -710,6 +710,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
     }
 
     /* drafts, then the batch: decode blocks first, then prefill chunks */
+    const double t_round = now_ms();
     dsp_status st = dsp_engine_draft_round(e);
     if (st) { /* the drafter failed (a backend error): the decoding requests end with it */
         for (int i = e->n_running - 1; i >= 0; i--) {
@@ -785,6 +786,8 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
     t_fwd = now_ms() - t_fwd;
     if (!st) fit_round(e, n, t_fwd);
     e->st.rounds++;
+    e->st.forward_rows += (uint64_t)n;
+    e->st.forward_ms += t_fwd;
     if (st) { /* the forward failed: every request in it ends with the error */
         for (int i = e->n_running - 1; i >= 0; i--) {
             dsp_req *r = e->running[i];
@@ -822,6 +825,11 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
             }
         }
     }
+    double host = now_ms() - t_round - t_fwd;
+    if (host < 0) host = 0;
+    e->st.host_ms += host;
+    if (n_dec > 0) /* a decoding round's host time outside the forward, for --max-draft auto (draft.c) */
+        e->host_ms = e->host_ms > 0 ? 0.9 * e->host_ms + 0.1 * host : host;
     /* requests that finished this round leave now (their DONE events are out) */
     for (int i = e->n_running - 1; i >= 0; i--) {
         dsp_req *r = e->running[i];

@@ -127,6 +127,10 @@ struct dsp_engine {
     dsp_spec_profile prof;
     bool have_prof;
     double round_draft_ms;       /* this round's drafter time, per drafted request */
+    dsp_accept acc_pool[DSP_ACCEPT_BUCKETS]; /* every request's acceptance, pooled: new requests' prior */
+    double host_ms;              /* a decoding round's host time outside the forward (drafting,
+                                  * verification, emission), exponentially averaged; --max-draft auto
+                                  * counts it in every round's time */
     /* the round's events */
     dsp_event *ev;
     size_t n_ev, ev_cap;

@@ -126,6 +126,11 @@ char *dsp_srv_metrics_text(dsp_srv *s) {
         scalar(&b, "dspark_kv_blocks_cached", "gauge", "KV cache blocks kept for prefix reuse.", (double)es.kv_blocks_cached);
         scalar(&b, "dspark_kv_blocks_total", "gauge", "KV cache blocks in the pool.", (double)es.kv_blocks_total);
         scalar(&b, "dspark_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache.", (double)es.prefix_hit_tokens);
+        scalar(&b, "dspark_rounds_total", "counter", "Engine rounds (one target forward each).", (double)es.rounds);
+        scalar(&b, "dspark_forward_rows_total", "counter", "Rows (tokens) of the rounds' target forwards.", (double)es.forward_rows);
+        scalar(&b, "dspark_forward_seconds_total", "counter", "Time in the rounds' target forwards.", es.forward_ms / 1e3);
+        scalar(&b, "dspark_round_host_seconds_total", "counter",
+               "Time in the rounds outside the forward (drafting, verification, sampling, detokenization, events).", es.host_ms / 1e3);
     }
     scalar(&b, "dspark_spec_rounds_total", "counter", "Target forwards that decided tokens (speculation rounds).", (double)atomic_load(&m->spec_rounds));
     scalar(&b, "dspark_spec_drafted_tokens_total", "counter", "Draft tokens proposed and verified.", (double)atomic_load(&m->spec_drafted));

@@ -210,6 +210,10 @@ static void publish_stats(dsp_srv *s) {
     s->engine_stats.prefix_hit_tokens = es.cached_tokens;
     s->engine_stats.block_tokens = es.block_tokens;
     s->engine_stats.peak_running = es.peak_running;
+    s->engine_stats.rounds = es.rounds;
+    s->engine_stats.forward_rows = es.forward_rows;
+    s->engine_stats.forward_ms = es.forward_ms;
+    s->engine_stats.host_ms = es.host_ms;
     pthread_mutex_unlock(&s->q_mu);
 }
 

@@ -27,6 +27,9 @@ void dsp_srv_config_default(dsp_srv_config *c) {
     c->max_connections = 256;
     c->spec = dsp_gen_default_params();
     c->spec.mode = DSP_SPEC_AUTO;
+    /* many requests share each forward: a fixed draft length costs more rows than it saves once the
+     * batch fills (README "--max-draft auto"); auto drafts only what pays at the round's row count */
+    c->spec.max_draft = DSP_DRAFT_AUTO;
     c->cp = dsp_engine_default_params();
     c->cp.max_batch = 8;
 }

@@ -252,6 +252,8 @@ typedef struct dsp_srv_engine_stats {
     uint64_t kv_blocks_used, kv_blocks_cached, kv_blocks_total;
     uint64_t prefix_hit_tokens;
     uint32_t block_tokens, peak_running; /* KV block size; most requests that shared one round */
+    uint64_t rounds, forward_rows;       /* rounds run, rows of their target forwards */
+    double forward_ms, host_ms;          /* time in the forwards, and in the rounds outside them */
 } dsp_srv_engine_stats;
 
 struct dsp_srv;

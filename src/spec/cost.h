@@ -12,12 +12,28 @@
  * ctx_rel_per_key for every key a row attends to beyond that, plus the block drafter's cost.
  *
  * Choice (Algorithm 1 of the DSpark paper with R requests, SPS = 1 / time): the candidates (q, i)
- * "verify draft i of request q" are taken in decreasing order of their expected survival a_q(i)
- * (p_q^i, or DSpark's confidence products), each added while the round's expected tokens per unit
- * time, (R + sum a) / (D + T(rows)), keeps increasing, stopping at the first candidate that does not
- * improve it. The rule decides whether to verify draft i from a_q(1..i) only (the order is by
- * value and a_q is non-increasing in i), so it is a stopping rule and the output stays lossless.
- * With R = 1 it is the k maximising (1 + sum_{i<=k} p^i) / (D + c(k)). */
+ * "verify draft i of request q" are ranked in decreasing order of their expected survival a_q(i)
+ * (p_q^i, or DSpark's confidence products; ties: the shorter prefix first), and the round takes the
+ * prefix of that ranking with the most expected tokens per unit time, (R + sum a) / (O + D + T(rows)),
+ * the empty prefix included: every draft adds a row to the one forward of the whole round, so the
+ * more rows the round already has (other requests, their drafts, prefill chunks), the larger a draft's
+ * survival must be to pay for its row, and a round whose drafts are not expected to pay drafts
+ * nothing (baseline's round). The best prefix, not the first that stops improving: a measured curve
+ * is not concave (flat stretches between kernel block sizes), and a longer prefix can win after a
+ * shorter one did not. For a fixed number of extra rows the top of the ranking is the set with the
+ * largest expected gain (a_q is non-increasing in i, so it is a set of prefixes). The rule decides
+ * whether to verify draft i from the estimates alone, never from the drafted tokens, so the output
+ * stays lossless. O is the round's host time outside the forward (drafting, verification,
+ * emission), measured by the engine; it is paid with or without drafts. Drafting at all must beat
+ * the empty prefix by DSP_COST_MARGIN: the estimates of the drafts that rank first are biased high
+ * (they rank first partly because they came out high), and a round near break-even is better left
+ * plain.
+ * With R = 1 it is the k maximising (1 + sum_{i<=k} p^i) / (O + D + c(k)).
+ *
+ * Prior: a request starts from the engine's pooled acceptance of the same bucket (all requests'
+ * drafting rounds, slower decay), weighted as DSP_ACCEPT_PRIOR_W trials, instead of knowing nothing:
+ * a short request does not spend its first rounds learning that 2-token lookup matches in chat are
+ * mostly wrong. */
 #ifndef DSP_SPEC_COST_H
 #define DSP_SPEC_COST_H
 
@@ -39,6 +55,12 @@ static inline int dsp_accept_bucket(int32_t match_len) {
 /* one decoding round: k drafts verified, acc accepted (k = 0: no drafts this round) */
 void dsp_accept_round(dsp_accept *a, int32_t k, int32_t acc);
 float dsp_accept_p(const dsp_accept *a);
+/* The engine's pooled counts: every request's drafting rounds (k > 0 only), decayed by 0.99 per
+ * round: they describe the drafter on this workload, not one text. */
+void dsp_accept_pool(dsp_accept *pool, int32_t k, int32_t acc);
+/* A new request's estimate from the pooled one: DSP_ACCEPT_PRIOR_W trials at its rate. */
+#define DSP_ACCEPT_PRIOR_W 4.0f
+void dsp_accept_init_prior(dsp_accept *a, const dsp_accept *pool);
 
 /* relative time of a forward of `rows` rows, `extra_keys` keys in total beyond ctx_tokens */
 float dsp_cost_time(const dsp_spec_profile *p, int rows, double extra_keys);
@@ -51,16 +73,20 @@ typedef struct dsp_cost_req {
     int32_t k;           /* out: drafts to verify */
 } dsp_cost_req;
 
-/* Expected tokens per unit of time of one request's round alone that verifies the best prefix of k
- * drafts (1..k), each accepted with probability p after the ones before it:
- * max over j of (1 + sum_{i<=j} p^i) / (draft_cost + c(1 + j)). */
-double dsp_cost_rate(const dsp_spec_profile *p, float draft_cost, float acc_p, int32_t k);
+/* Expected tokens per unit of time of a round of base_rows decoding requests in which one of them
+ * verifies the best prefix of its k drafts (1..k), each accepted with probability p after the ones
+ * before it: max over j of (base_rows + sum_{i<=j} p^i) / (cost + c(base_rows + j)); k = 0: no
+ * drafts, base_rows / (cost + c(base_rows)). */
+double dsp_cost_rate(const dsp_spec_profile *p, int base_rows, float cost, float acc_p, int32_t k);
 
 /* Choose k for every request of a round: base_rows rows are in the forward anyway (one per decoding
  * request, prefill chunks), base_extra_keys their keys beyond ctx_tokens, n_tokens the tokens they
- * decide for sure (the decoding requests), draft_cost the block drafter's cost this round. */
-void dsp_cost_choose(const dsp_spec_profile *p, int base_rows, double base_extra_keys, int n_tokens, float draft_cost, dsp_cost_req *reqs,
-                     int n);
+ * decide for sure (the decoding requests). Costs in units of a 1-row forward: sunk_cost is paid
+ * whatever is chosen (the round's host time, a drafter that already ran), draft_cost only when some
+ * request verifies a draft (a block drafter that has not run yet). */
+#define DSP_COST_MARGIN 0.05 /* a round drafts only when it expects >= 5% more tokens per unit time */
+void dsp_cost_choose(const dsp_spec_profile *p, int base_rows, double base_extra_keys, int n_tokens, float sunk_cost, float draft_cost,
+                     dsp_cost_req *reqs, int n);
 
 /* Profile cache: the file for a key (under $XDG_CACHE_HOME/dspark or ~/.cache/dspark), read
  * (false when absent, unreadable or for another key) and written (best effort). */
