@@ -589,11 +589,25 @@ static void fit_round(dsp_engine *e, int rows, double ms) {
     e->fit_xy = keep * e->fit_xy + (double)rows * ms;
 }
 
-/* Rows a round with `decode_rows` decoding rows may take in total, prefill included. */
-static int prefill_budget(const dsp_engine *e, int decode_rows) {
+/* Rows a round with `decode_rows` decoding rows may take in total, prefill included; the first
+ * prefill waiting is at position `pos`. With the measured cost profile (spec/cost.h; the server
+ * measures it at start): the most rows whose forward, its keys beyond the profile's context
+ * included, costs at most DSP_ENGINE_ITL_FACTOR times the decode rows' alone. Without one: the
+ * online linear fit of round time against rows. */
+static int prefill_budget(const dsp_engine *e, int decode_rows, uint32_t pos) {
     int budget = e->batch_tokens;
     const double w = e->fit_w, var = w * e->fit_xx - e->fit_x * e->fit_x;
-    if (w >= 4 && var > 1e-9 * w * w) {
+    if (e->have_prof && e->prof.n > 0) {
+        const double lim = DSP_ENGINE_ITL_FACTOR * dsp_cost_time(&e->prof, decode_rows, 0);
+        const double per_row = pos > e->prof.ctx_tokens ? (double)(pos - e->prof.ctx_tokens) : 0;
+        int lo = decode_rows, hi = e->batch_tokens; /* the cost grows with rows: bisect for the last that fits */
+        while (lo < hi) {
+            int mid = lo + (hi - lo + 1) / 2;
+            if (dsp_cost_time(&e->prof, mid, per_row * (mid - decode_rows)) <= lim) lo = mid;
+            else hi = mid - 1;
+        }
+        budget = lo;
+    } else if (w >= 4 && var > 1e-9 * w * w) {
         double b = (w * e->fit_xy - e->fit_x * e->fit_y) / var, a = (e->fit_y - b * e->fit_x) / w;
         if (b > 0) {
             double base = a + b * decode_rows, rows = decode_rows + (DSP_ENGINE_ITL_FACTOR - 1) * (base > 0 ? base : 0) / b;
@@ -748,7 +762,13 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         }
         n_seqs++;
     }
-    const int budget = n > 0 ? prefill_budget(e, n) : e->batch_tokens;
+    uint32_t pf_pos = 0;
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i]->state == DSP_REQ_PREFILL) {
+            pf_pos = e->running[i]->kv.n_tokens;
+            break;
+        }
+    const int budget = n > 0 ? prefill_budget(e, n, pf_pos) : e->batch_tokens;
     for (int i = 0; i < e->n_running && n < budget; i++) {
         dsp_req *r = e->running[i];
         if (r->state != DSP_REQ_PREFILL || n_logits >= e->max_rows) continue;

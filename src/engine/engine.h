@@ -9,6 +9,7 @@
  *
  * Chunked prefill next to decodes: while requests are decoding, a round's prefill rows are capped
  * so that the round costs at most DSP_ENGINE_ITL_FACTOR times a decode-only round, from the
+ * measured cost profile when the engine has one (the server measures it at start), else from the
  * engine's online fit of round time against rows (at least DSP_ENGINE_MIN_CHUNK rows, so prefill
  * always progresses). Alone, a prefill takes the whole --batch-tokens budget.
  *
