@@ -246,9 +246,11 @@ static dsp_status measure(dsp_engine *e, dsp_spec_profile *p) {
 static void profile_key(const dsp_engine *e, char *key, size_t cap) {
     struct stat sb;
     long long mt = stat(e->m->path, &sb) ? 0 : (long long)sb.st_mtime;
-    snprintf(key, cap, "model=%s:%llu:%lld|drafter=%s:%llu|backend=%s|batch=%d:%d|ctx=%u|version=%s", e->m->path,
+    /* the drafter's shared embedding / head change its cost (block_load.c share) */
+    snprintf(key, cap, "model=%s:%llu:%lld|drafter=%s:%llu:%d%d|backend=%s|batch=%d:%d|ctx=%u|version=%s", e->m->path,
              (unsigned long long)e->m->info.file_size, mt, e->bd ? e->bdi->path : "", e->bd ? (unsigned long long)e->bdi->n_params : 0ull,
-             e->be->desc, e->max_batch, e->batch_tokens, e->n_ctx, DSP_LIB_VERSION);
+             e->bd ? (int)e->bdi->shares_embd : 0, e->bd ? (int)e->bdi->shares_head : 0, e->be->desc, e->max_batch, e->batch_tokens, e->n_ctx,
+             DSP_LIB_VERSION);
 }
 
 dsp_status dsp_engine_profile(dsp_engine *e, dsp_spec_profile *out) {

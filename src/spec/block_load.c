@@ -9,6 +9,7 @@
 
 #include "core/file.h"
 #include "core/log.h"
+#include "core/quant.h"
 #include "io/hub.h"
 
 #include <inttypes.h>
@@ -184,8 +185,34 @@ static bool same_tensor(const dsp_tensor *a, const dsp_tensor *b) {
     return a->data == b->data || !memcmp(a->data, b->data, (size_t)a->nbytes);
 }
 
+/* A copy in another type of the same values: on up to 64 rows spread over the matrix, the
+ * relative RMS difference of the dequantized rows is at most 0.1 (a 4-bit target's own
+ * quantization error is a few percent; another model's matrix differs by ~1.4). False when either
+ * type has no reference dequantization or the shapes differ. */
+static bool same_values(const dsp_tensor *a, const dsp_tensor *b) {
+    if (a->ne[0] != b->ne[0] || a->ne[1] != b->ne[1] || a->ne[0] == 0 || a->ne[0] > (1u << 20)) return false;
+    const uint64_t n = a->ne[0], rows = a->ne[1];
+    float *x = malloc(sizeof(float) * 2 * n);
+    if (!x) return false;
+    double d2 = 0, b2 = 0;
+    bool ok = true;
+    for (uint64_t i = 0; i < 64 && i < rows && ok; i++) {
+        uint64_t r = rows <= 64 ? i : i * (rows - 1) / 63;
+        ok = !dsp_dequantize_row(a->type, (const char *)a->data + r * dsp_dtype_row_bytes(a->type, n), x, n) &&
+             !dsp_dequantize_row(b->type, (const char *)b->data + r * dsp_dtype_row_bytes(b->type, n), x + n, n);
+        for (uint64_t j = 0; ok && j < n; j++) d2 += (double)(x[j] - x[n + j]) * (x[j] - x[n + j]), b2 += (double)x[n + j] * x[n + j];
+    }
+    free(x);
+    dsp_error_clear();
+    return ok && b2 > 0 && d2 <= 0.01 * b2;
+}
+
 /* The drafter's copy of an embedding / LM head, or the target's. A copy of the target's type that
- * differs in value means the drafter was made for another target. */
+ * differs in value means the drafter was made for another target. A copy in another type (DeepSpec's
+ * bf16 copies next to a quantized GGUF target) of the same values is replaced by the target's own
+ * tensor: the drafter then reads the quantized matrix, as the target does, instead of a second,
+ * larger one (the LM head over the vocabulary is most of a small drafter's cost). The drafts change
+ * by the quantization's rounding; the output stays lossless. */
 static dsp_status share(dsp_block_drafter *d, const char *name, const dsp_tensor *own, const dsp_tensor *tgt, const char *tname,
                         const dsp_tensor **out, bool *shared) {
     *out = tgt, *shared = true;
@@ -195,6 +222,11 @@ static dsp_status share(dsp_block_drafter *d, const char *name, const dsp_tensor
         return dsp_error(DSP_ERR_INVALID_ARG, "tensor '%s' differs from the target's %s (same type and shape, different values): this drafter "
                          "was made for another target",
                          name, tname);
+    if (same_values(own, tgt)) {
+        DSP_LOGI("%s: '%s' is a %s copy of the target's %s %s: using the target's", d->info.path, name, dsp_dtype_name(own->type),
+                 dsp_dtype_name(tgt->type), tname);
+        return DSP_OK;
+    }
     DSP_LOGI("%s: '%s' is %s, the target's is %s: using the drafter's own copy", d->info.path, name, dsp_dtype_name(own->type),
              dsp_dtype_name(tgt->type));
     *out = own, *shared = false;
