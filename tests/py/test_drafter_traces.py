@@ -203,3 +203,59 @@ def test_bad_drafters(models, tmp_path):
     r = dspark("generate", "-m", os.path.join(models, "target"), "-p", "hi", "-n", "4", "--mode", "dspark",
                "--draft-model", os.path.join(models, "zlab-dflash-b16"), ok=False)
     assert r.returncode != 0 and "use mode dflash" in r.stderr, r.stderr
+
+
+# ---- copies of the target's embedding / LM head in another type ---------------------------------
+
+def _gen_ids(models, *extra):
+    r = dspark("generate", "-m", os.path.join(models, "target"), "-p", "The numbers 0 1 2 3 4 5 6 7 8 9 10",
+               "-n", "40", "--json", "--quantize", "q8_0", *extra)
+    return json.loads(r.stdout), r.stderr
+
+
+def _rewrite_tensor(d, name, fn):
+    """Apply fn to the float32 values of one tensor of d/model.safetensors, in place."""
+    import numpy as np
+    path = os.path.join(d, "model.safetensors")
+    raw = bytearray(open(path, "rb").read())
+    n = int.from_bytes(raw[:8], "little")
+    hdr = json.loads(raw[8:8 + n])
+    assert hdr[name]["dtype"] == "F32"
+    a, b = hdr[name]["data_offsets"]
+    v = np.frombuffer(bytes(raw[8 + n + a:8 + n + b]), dtype=np.float32).copy()
+    v = np.ascontiguousarray(fn(v), dtype=np.float32)
+    raw[8 + n + a:8 + n + b] = v.tobytes()
+    open(path, "wb").write(bytes(raw))
+
+
+def test_copies_in_another_type(models, tmp_path):
+    """DeepSpec's drafters carry float32 copies of the target's embedding and LM head. Next to a target
+    quantized at load (Q8_0) they are the same values in another type: the drafter must use the
+    target's tensors (one matrix read per round instead of two) and stay lossless. A copy with other
+    values must not be taken for the target's: in another type the drafter keeps its own copy, in the
+    target's type it is refused (test_bad_drafters)."""
+    import numpy as np
+    base, _ = _gen_ids(models, "--mode", "baseline")
+    out, err = _gen_ids(models, "--draft-model", os.path.join(models, "deepspec-dspark-b7"), "--mode", "dspark")
+    assert "'embed_tokens.weight' is a F32 copy of the target's Q8_0 token embedding: using the target's" in err, err
+    assert "'lm_head.weight' is a F32 copy of the target's Q8_0 output layer: using the target's" in err, err
+    assert out["token_ids"] == base["token_ids"] and out["text"] == base["text"]
+    assert out["spec"]["accepted"] > 0, out["spec"]  # the shared head still drafts what the target says
+
+    # a copy that differs by one low mantissa bit is still the same values
+    near = _copy(models, tmp_path, "deepspec-dspark-b7", "near")
+    _rewrite_tensor(near, "embed_tokens.weight", lambda v: np.where(np.arange(v.size) == 100, np.nextafter(v, np.inf), v))
+    _, err = _gen_ids(models, "--draft-model", near, "--mode", "dspark")
+    assert "'embed_tokens.weight' is a F32 copy of the target's Q8_0 token embedding: using the target's" in err, err
+
+    # another model's matrices (the same rows in another order; same scale, other values)
+    other = _copy(models, tmp_path, "deepspec-dspark-b7", "other")
+    rng = np.random.default_rng(7)
+    for name in ("embed_tokens.weight", "lm_head.weight"):
+        _rewrite_tensor(other, name, lambda v: v.reshape(-1, 64)[rng.permutation(v.size // 64)].ravel())
+    out, err = _gen_ids(models, "--draft-model", other, "--mode", "dspark")
+    assert "'embed_tokens.weight' is F32, the target's is Q8_0: using the drafter's own copy" in err, err
+    assert "'lm_head.weight' is F32, the target's is Q8_0: using the drafter's own copy" in err, err
+    assert out["token_ids"] == base["token_ids"] and out["text"] == base["text"]
+    # in the target's own type (no --quantize) the same drafter is refused
+    _refused(models, other, "embed_tokens.weight", "differs from the target's")
