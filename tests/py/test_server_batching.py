@@ -138,7 +138,10 @@ def test_concurrent_mixed_equals_solo(srv):
     reqs = mixed_requests()
     solo = []
     for path, body in reqs:
-        st, _, raw_body = post(srv.port, path, body)
+        try:
+            st, _, raw_body = post(srv.port, path, body)
+        except OSError as e:  # a timeout: show what the server did meanwhile
+            raise AssertionError("%s %s: %r\nserver log (tail):\n%s" % (path, json.dumps(body), e, srv.log()[-6000:])) from e
         assert st == 200, raw_body
         solo.append(result_of(path, body, raw_body))
     results = [None] * len(reqs)
