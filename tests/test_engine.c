@@ -14,6 +14,7 @@
 #include "dspark.h"
 #include "model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +219,13 @@ static void test_bad_input(void) {
     ep.kv_type = (dsp_kv_type)7;
     CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
     CHECK(e == NULL);
+    ep = dsp_engine_default_params();
+    const float bad_itl[] = {0.5f, -1.0f, 101.0f, NAN};
+    for (int i = 0; i < 4; i++) {
+        ep.prefill_itl = bad_itl[i];
+        CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
+        CHECK(e == NULL && strstr(dsp_last_error(), "prefill_itl"));
+    }
     /* after all that the engine still works */
     gp = dsp_gen_default_params();
     gp.max_tokens = 2;

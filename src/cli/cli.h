@@ -45,19 +45,22 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_pa
 #define DSP_CLI_ENGINE_HELP                                                                                    \
     "  -c, --ctx N             context length per sequence (default min(model, 4096))\n"                       \
     "  -t, --threads N         CPU threads (default: physical cores)\n"                                         \
-    "      --device D          auto (default: the CPU for now), cpu or cuda (the GPU; --gpu N picks one)\n"   \
+    "      --device D          auto (default: the GPU when there is one and the model fits, else the CPU),\n" \
+    "                          cpu or cuda (the GPU; --gpu N picks one); DSPARK_DEVICE=cpu|cuda overrides\n"  \
     "      --kv-type T         KV cache element type on the GPU: f16 (default) or bf16 (F32's range)\n"       \
     "      --batch-tokens N    tokens per forward, also the prefill chunk (default 512)\n"                      \
+    "      --prefill-itl X     next to decoding requests, a round with a prefill chunk costs at most X times\n" \
+    "                          their rounds alone (default 2.5; lower: smoother streams, slower prefill)\n"   \
     "      --kv-memory SIZE    KV cache size, e.g. 512M (default: max-batch full contexts, at most 1/4 RAM)\n"   \
     "      --no-prefix-cache   do not reuse the KV of earlier requests\n"                                      \
     "      --precision P       CPU matmuls: q8 (default: 8-bit activations, integer dot products) or f32\n"      \
     "      --draft-model D     a DFlash or DSpark drafter for the model: a Hugging Face directory or repo id\n"
 /* the help lines of the speculation options (dsp_cli_parse_gen_opt) */
 #define DSP_CLI_SPEC_HELP                                                                                       \
-    "      --mode M            speculation: auto (default: dspark with a DSpark --draft-model, dflash with\n"    \
-    "                          a DFlash one, else lookup), dspark, dflash, hybrid (lookup when its match\n"     \
-    "                          has --hybrid-min tokens, else the drafter), lookup, baseline. Always\n"          \
-    "                          lossless: the output is what baseline gives\n"                                  \
+    "      --mode M            speculation: auto (default: with --draft-model, per round whichever of a\n"     \
+    "                          lookup match, the drafter or no draft is expected to pay best; else lookup),\n" \
+    "                          dspark, dflash, hybrid (lookup when its match has --hybrid-min tokens, else\n"  \
+    "                          the drafter), lookup, baseline. Always lossless: the output is baseline's\n"   \
     "      --max-draft N|auto  drafted tokens verified per round at most, 1..32 (default %s); auto: per\n"      \
     "                          round, the number with the most expected tokens per second (README)\n"        \
     "      --dspark-threshold T  DSpark: keep drafts before the first slot with confidence < T (0 = off)\n"   \

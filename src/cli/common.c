@@ -259,7 +259,7 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
     if (*i + 1 >= argc && (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "--batch") ||
                            !strcmp(a, "--batch-tokens") || !strcmp(a, "--max-batch") || !strcmp(a, "--kv-memory") || !strcmp(a, "--device") ||
                            !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--kv-type") || !strcmp(a, "--draft-model") ||
-                           !strcmp(a, "--precision"))) {
+                           !strcmp(a, "--precision") || !strcmp(a, "--prefill-itl"))) {
         fprintf(stderr, "dspark: option %s needs a value\n", a);
         return 2;
     }
@@ -272,6 +272,9 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
     } else if (!strcmp(a, "--batch") || !strcmp(a, "--batch-tokens")) {
         if (!num(a, argv[++*i], 1, 65536, &v)) return 2;
         cp->batch_tokens = (int)v;
+    } else if (!strcmp(a, "--prefill-itl")) {
+        if (!num(a, argv[++*i], 1, 100, &v)) return 2;
+        cp->prefill_itl = (float)v;
     } else if (!strcmp(a, "--max-batch")) {
         if (!num(a, argv[++*i], 1, 1024, &v)) return 2;
         cp->max_batch = (int)v;

@@ -176,6 +176,8 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     if (p.kv_type != DSP_KV_DEFAULT && p.device != DSP_DEVICE_CUDA)
         return dsp_error(DSP_ERR_INVALID_ARG, "KV cache type %s: the CPU keeps K/V in F32 (the type is for device cuda)",
                          dsp_kv_type_to_string(p.kv_type));
+    if (p.prefill_itl != 0 && !(p.prefill_itl >= 1 && p.prefill_itl <= 100))
+        return dsp_error(DSP_ERR_INVALID_ARG, "prefill_itl must be between 1 and 100 (got %g)", (double)p.prefill_itl);
     if (p.max_batch == 0) p.max_batch = 8;
     if (p.batch_tokens == 0) p.batch_tokens = 512;
     if (p.max_batch > p.batch_tokens)
@@ -186,6 +188,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     e->m = m;
     e->verify = dsp_spec_verify;
     e->max_batch = p.max_batch;
+    e->itl_factor = p.prefill_itl > 0 ? p.prefill_itl : DSP_ENGINE_ITL_FACTOR;
     e->next_id = 1;
     _Static_assert((int)DSP_DEVICE_CPU == (int)DSP_BACKEND_CPU && (int)DSP_DEVICE_CUDA == (int)DSP_BACKEND_CUDA, "device = backend kind");
     dsp_backend_params bp = {.kind = (dsp_backend_kind)p.device, .n_threads = p.n_threads, .gpu = p.gpu, .progress = p.progress,
@@ -592,13 +595,13 @@ static void fit_round(dsp_engine *e, int rows, double ms) {
 /* Rows a round with `decode_rows` decoding rows may take in total, prefill included; the first
  * prefill waiting is at position `pos`. With the measured cost profile (spec/cost.h; the server
  * measures it at start): the most rows whose forward, its keys beyond the profile's context
- * included, costs at most DSP_ENGINE_ITL_FACTOR times the decode rows' alone. Without one: the
+ * included, costs at most itl_factor (--prefill-itl) times the decode rows' alone. Without one: the
  * online linear fit of round time against rows. */
 static int prefill_budget(const dsp_engine *e, int decode_rows, uint32_t pos) {
     int budget = e->batch_tokens;
     const double w = e->fit_w, var = w * e->fit_xx - e->fit_x * e->fit_x;
     if (e->have_prof && e->prof.n > 0) {
-        const double lim = DSP_ENGINE_ITL_FACTOR * dsp_cost_time(&e->prof, decode_rows, 0);
+        const double lim = e->itl_factor * dsp_cost_time(&e->prof, decode_rows, 0);
         const double per_row = pos > e->prof.ctx_tokens ? (double)(pos - e->prof.ctx_tokens) : 0;
         int lo = decode_rows, hi = e->batch_tokens; /* the cost grows with rows: bisect for the last that fits */
         while (lo < hi) {
@@ -610,7 +613,7 @@ static int prefill_budget(const dsp_engine *e, int decode_rows, uint32_t pos) {
     } else if (w >= 4 && var > 1e-9 * w * w) {
         double b = (w * e->fit_xy - e->fit_x * e->fit_y) / var, a = (e->fit_y - b * e->fit_x) / w;
         if (b > 0) {
-            double base = a + b * decode_rows, rows = decode_rows + (DSP_ENGINE_ITL_FACTOR - 1) * (base > 0 ? base : 0) / b;
+            double base = a + b * decode_rows, rows = decode_rows + (e->itl_factor - 1) * (base > 0 ? base : 0) / b;
             budget = rows < (double)e->batch_tokens ? (int)rows : e->batch_tokens;
         }
     } else {

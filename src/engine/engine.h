@@ -8,7 +8,8 @@
  * cancelled request leaves in the same round and its slot is refilled at the next round.
  *
  * Chunked prefill next to decodes: while requests are decoding, a round's prefill rows are capped
- * so that the round costs at most DSP_ENGINE_ITL_FACTOR times a decode-only round, from the
+ * so that the round costs at most itl_factor (--prefill-itl, default DSP_ENGINE_ITL_FACTOR) times a
+ * decode-only round, from the
  * measured cost profile when the engine has one (the server measures it at start), else from the
  * engine's online fit of round time against rows (at least DSP_ENGINE_MIN_CHUNK rows, so prefill
  * always progresses). Alone, a prefill takes the whole --batch-tokens budget.
@@ -141,6 +142,7 @@ struct dsp_engine {
     /* round cost model: ms ~ a + b * rows, fitted online (exponentially weighted least squares) to
      * keep prefill chunks next to running decodes small enough that their streams do not stall */
     double fit_w, fit_x, fit_y, fit_xx, fit_xy;
+    double itl_factor; /* the prefill budget next to decodes (prefill_budget) */
 };
 
 /* Submit with an explicit drafter (tests: drafters that supply q or want taps). The caller keeps
