@@ -10,15 +10,21 @@
 #include <string.h>
 
 /* the curve measured on the 2-core development machine for the default model (bench/results) */
+/* a cost curve of n points (rows, relative time) */
+static dsp_spec_profile curve(int n, const int32_t *rows, const float *rel, double one_row_ms) {
+    dsp_spec_profile p;
+    memset(&p, 0, sizeof p);
+    p.n = n;
+    memcpy(p.rows, rows, sizeof *rows * (size_t)n);
+    memcpy(p.rel, rel, sizeof *rel * (size_t)n);
+    p.one_row_ms = one_row_ms;
+    return p;
+}
+
 static dsp_spec_profile measured_curve(void) {
     static const int32_t rows[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 33, 48, 64, 96, 128};
     static const float rel[] = {1.0f, 1.06f, 1.18f, 1.30f, 1.36f, 1.43f, 1.69f, 2.04f, 2.22f, 2.75f, 3.31f, 3.95f, 5.34f, 7.77f, 10.09f, 15.21f, 21.12f};
-    dsp_spec_profile p;
-    memset(&p, 0, sizeof p);
-    p.n = (int32_t)(sizeof rows / sizeof rows[0]);
-    memcpy(p.rows, rows, sizeof rows);
-    memcpy(p.rel, rel, sizeof rel);
-    p.one_row_ms = 9.0;
+    dsp_spec_profile p = curve((int)(sizeof rows / sizeof rows[0]), rows, rel, 9.0);
     p.ctx_tokens = 256;
     return p;
 }
@@ -90,13 +96,7 @@ static void test_never_worse_than_no_drafts(void) {
 static void test_best_prefix_not_first_stop(void) {
     /* a step then a flat stretch: the first draft alone does not pay (1.9 / 2 < 1), eight do
      * (6.1 / 2): stopping at the first candidate that does not improve would draft nothing */
-    dsp_spec_profile prof;
-    memset(&prof, 0, sizeof prof);
-    prof.n = 3;
-    prof.rows[0] = 1, prof.rel[0] = 1.0f;
-    prof.rows[1] = 2, prof.rel[1] = 2.0f;
-    prof.rows[2] = 9, prof.rel[2] = 2.0f;
-    prof.one_row_ms = 1;
+    dsp_spec_profile prof = curve(3, (const int32_t[]){1, 2, 9}, (const float[]){1.0f, 2.0f, 2.0f}, 1);
     dsp_cost_req r = {0.9f, NULL, 8, 10, 0};
     dsp_cost_choose(&prof, 1, 0, 1, 0, 0, &r, 1);
     CHECK_EQ_INT(r.k, 8);
@@ -143,12 +143,7 @@ static void test_margin(void) {
 static void test_drafter_cost_not_sunk(void) {
     /* a free forward row but a drafter costing half a forward: a weak estimate is not worth running
      * the drafter for; once it has run (sunk), its drafts ride along for free */
-    dsp_spec_profile prof;
-    memset(&prof, 0, sizeof prof);
-    prof.n = 2;
-    prof.rows[0] = 1, prof.rel[0] = 1.0f;
-    prof.rows[1] = 33, prof.rel[1] = 1.0f;
-    prof.one_row_ms = 1;
+    dsp_spec_profile prof = curve(2, (const int32_t[]){1, 33}, (const float[]){1.0f, 1.0f}, 1);
     dsp_cost_req r = {0.3f, NULL, 8, 10, 0};
     dsp_cost_choose(&prof, 1, 0, 1, 0, 0.5f, &r, 1);
     CHECK_EQ_INT(r.k, 0);
