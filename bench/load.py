@@ -19,7 +19,8 @@
              server started with --no-prefix-cache (cold). Both outputs must be equal.
   longprompt --long-streams streams are decoding when a ~2,000-token prompt arrives; the
              inter-token latency of the running streams while it is prefilled (p99) against their
-             idle median before it arrived.
+             idle median (and idle p99) before it arrived; --repeat runs on one server, each with
+             its own long prompt (no prefix-cache hit), medians of the per-run ratios.
   memory     server RSS after 100 and after --memory-requests mixed requests (some abandoned).
 
   python3 bench/load.py --json > bench/results/load-$(date +%F).json
@@ -37,6 +38,7 @@ import os
 import platform
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -310,36 +312,47 @@ def multiturn(a):
             cold_srv.close()
 
 
+def longprompt_once(a, srv, run):
+    """One arrival of a ~2,000-token prompt while --long-streams streams decode: their chunk gaps
+    before it (idle) and while it is prefilled. Each run's long prompt starts with its own number,
+    so no run finds the last one in the prefix cache."""
+    res = [None] * a.long_streams
+    t_arrive = [None, None]
+
+    def stream(k):
+        res[k] = request(srv, chat(PROMPTS[(k + run) % len(PROMPTS)] + " (%d)" % run), a.long_tokens, True)
+
+    ths = [threading.Thread(target=stream, args=(k,)) for k in range(a.long_streams)]
+    for t in ths:
+        t.start()
+    time.sleep(a.long_idle)
+    t_arrive[0] = time.perf_counter()
+    text, _, _, t0, times = request(srv, chat("Summarize the text above in one sentence.", "Document %d.\n" % run + PARAGRAPH * 24), 4, True)
+    t_arrive[1] = t0 + (times[0] - t0) if times else time.perf_counter()  # its first token: the prefill is over
+    for t in ths:
+        t.join()
+    idle, during = [], []
+    for r in res:
+        for x, y in zip(r[4], r[4][1:]):
+            if y < t_arrive[0]:
+                idle.append(y - x)
+            elif x < t_arrive[1] and y > t_arrive[0]:
+                during.append(y - x)
+    ok = idle and during
+    return {"prefill_window_s": round(t_arrive[1] - t_arrive[0], 3), "idle_itl_s": stats(idle), "during_prefill_itl_s": stats(during),
+            "p99_over_idle_median": round(pct(during, 99) / pct(idle, 50), 2) if ok else None,
+            "p99_over_idle_p99": round(pct(during, 99) / pct(idle, 99), 2) if ok else None}
+
+
 def longprompt(a):
+    """--repeat runs on one server; the medians of the per-run figures."""
     srv = Server(a.bin, a.model, a.serve_args.split())
     try:
-        res = [None] * a.long_streams
-        t_arrive = [None, None]
-
-        def stream(k):
-            res[k] = request(srv, chat(PROMPTS[k % len(PROMPTS)]), a.long_tokens, True)
-
-        ths = [threading.Thread(target=stream, args=(k,)) for k in range(a.long_streams)]
-        for t in ths:
-            t.start()
-        time.sleep(a.long_idle)
-        t_arrive[0] = time.perf_counter()
-        text, _, _, t0, times = request(srv, chat("Summarize the text above in one sentence.", PARAGRAPH * 24), 4, True)
-        t_arrive[1] = t0 + (times[0] - t0) if times else time.perf_counter()  # its first token: the prefill is over
-        for t in ths:
-            t.join()
-        idle, during = [], []
-        for r in res:
-            for x, y in zip(r[4], r[4][1:]):
-                if y < t_arrive[0]:
-                    idle.append(y - x)
-                elif x >= t_arrive[0] and y <= t_arrive[1]:
-                    during.append(y - x)
-                elif x < t_arrive[1] and y > t_arrive[0]:
-                    during.append(y - x)
-        return {"scenario": "longprompt", "streams": a.long_streams, "prefill_window_s": round(t_arrive[1] - t_arrive[0], 3),
-                "idle_itl_s": stats(idle), "during_prefill_itl_s": stats(during),
-                "p99_over_idle_median": round(pct(during, 99) / pct(idle, 50), 2) if idle and during else None}
+        runs = [longprompt_once(a, srv, k) for k in range(a.repeat)]
+        med = lambda key: statistics.median(r[key] for r in runs) if all(r[key] is not None for r in runs) else None  # noqa: E731
+        return {"scenario": "longprompt", "streams": a.long_streams, "serve_args": a.serve_args, "runs": runs,
+                "prefill_window_s": med("prefill_window_s"), "p99_over_idle_median": med("p99_over_idle_median"),
+                "p99_over_idle_p99": med("p99_over_idle_p99")}
     finally:
         srv.close()
 
