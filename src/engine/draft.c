@@ -243,14 +243,26 @@ static dsp_status measure(dsp_engine *e, dsp_spec_profile *p) {
     return st;
 }
 
+/* A sanitized or unoptimized build runs many times slower: its curve must not be read by a release build. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PROFILE_BUILD "sanitized"
+#elif defined(__OPTIMIZE__)
+#define PROFILE_BUILD "optimized"
+#else
+#define PROFILE_BUILD "O0"
+#endif
+
 static void profile_key(const dsp_engine *e, char *key, size_t cap) {
     struct stat sb;
     long long mt = stat(e->m->path, &sb) ? 0 : (long long)sb.st_mtime;
-    /* the drafter's shared embedding / head change its cost (block_load.c share) */
-    snprintf(key, cap, "model=%s:%llu:%lld|drafter=%s:%llu:%d%d|backend=%s|batch=%d:%d|ctx=%u|version=%s", e->m->path,
-             (unsigned long long)e->m->info.file_size, mt, e->bd ? e->bdi->path : "", e->bd ? (unsigned long long)e->bdi->n_params : 0ull,
+    const dsp_weights *w = &e->m->w;
+    /* the weight types (--quantize changes them in the same file) and the drafter's shared
+     * embedding / head (block_load.c share) change the costs */
+    snprintf(key, cap, "model=%s:%llu:%lld:%s/%s/%s|drafter=%s:%llu:%d%d|backend=%s|batch=%d:%d|ctx=%u|version=%s|build=%s", e->m->path,
+             (unsigned long long)e->m->info.file_size, mt, dsp_dtype_name(w->tok_embd->type), dsp_dtype_name(w->output->type),
+             dsp_dtype_name(w->layers[0].ffn_down->type), e->bd ? e->bdi->path : "", e->bd ? (unsigned long long)e->bdi->n_params : 0ull,
              e->bd ? (int)e->bdi->shares_embd : 0, e->bd ? (int)e->bdi->shares_head : 0, e->be->desc, e->max_batch, e->batch_tokens, e->n_ctx,
-             DSP_LIB_VERSION);
+             DSP_LIB_VERSION, PROFILE_BUILD);
 }
 
 dsp_status dsp_engine_profile(dsp_engine *e, dsp_spec_profile *out) {

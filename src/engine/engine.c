@@ -595,8 +595,9 @@ static void fit_round(dsp_engine *e, int rows, double ms) {
 /* Rows a round with `decode_rows` decoding rows may take in total, prefill included; the first
  * prefill waiting is at position `pos`. With the measured cost profile (spec/cost.h; the server
  * measures it at start): the most rows whose forward, its keys beyond the profile's context
- * included, costs at most itl_factor (--prefill-itl) times the decode rows' alone. Without one: the
- * online linear fit of round time against rows. */
+ * included, costs at most itl_factor (--prefill-itl) times the decode rows' alone, and at least
+ * one prefill row. Without one: the online linear fit of round time against rows, and at least
+ * DSP_ENGINE_MIN_CHUNK prefill rows (a coarse fit must not starve the prefill). */
 static int prefill_budget(const dsp_engine *e, int decode_rows, uint32_t pos) {
     int budget = e->batch_tokens;
     const double w = e->fit_w, var = w * e->fit_xx - e->fit_x * e->fit_x;
@@ -609,7 +610,8 @@ static int prefill_budget(const dsp_engine *e, int decode_rows, uint32_t pos) {
             if (dsp_cost_time(&e->prof, mid, per_row * (mid - decode_rows)) <= lim) lo = mid;
             else hi = mid - 1;
         }
-        budget = lo;
+        budget = lo > decode_rows ? lo : decode_rows + 1; /* the measured curve is trusted down to one row */
+        return budget < e->batch_tokens ? budget : e->batch_tokens;
     } else if (w >= 4 && var > 1e-9 * w * w) {
         double b = (w * e->fit_xy - e->fit_x * e->fit_y) / var, a = (e->fit_y - b * e->fit_x) / w;
         if (b > 0) {
