@@ -595,14 +595,17 @@ static void fit_round(dsp_engine *e, int rows, double ms) {
 /* Rows a round with `decode_rows` decoding rows may take in total, prefill included; the first
  * prefill waiting is at position `pos`. With the measured cost profile (spec/cost.h; the server
  * measures it at start): the most rows whose forward, its keys beyond the profile's context
- * included, costs at most itl_factor (--prefill-itl) times the decode rows' alone, and at least
- * one prefill row. Without one: the online linear fit of round time against rows, and at least
+ * included, costs at most itl_factor (--prefill-itl) times a round of one row per decoding request
+ * (drafts not counted), and at least one prefill row. Without one: the online linear fit of round time against rows, and at least
  * DSP_ENGINE_MIN_CHUNK prefill rows (a coarse fit must not starve the prefill). */
-static int prefill_budget(const dsp_engine *e, int decode_rows, uint32_t pos) {
+static int prefill_budget(const dsp_engine *e, int decode_rows, int n_decoding, uint32_t pos) {
     int budget = e->batch_tokens;
     const double w = e->fit_w, var = w * e->fit_xx - e->fit_x * e->fit_x;
     if (e->have_prof && e->prof.n > 0) {
-        const double lim = e->itl_factor * dsp_cost_time(&e->prof, decode_rows, 0);
+        /* relative to a round of one row per decoding request: a round whose drafts already make it
+         * long must not be made itl_factor times longer still (measured: p99 gaps of 10x the idle
+         * median when the limit scaled with the draft rows) */
+        const double lim = e->itl_factor * dsp_cost_time(&e->prof, n_decoding, 0);
         const double per_row = pos > e->prof.ctx_tokens ? (double)(pos - e->prof.ctx_tokens) : 0;
         int lo = decode_rows, hi = e->batch_tokens; /* the cost grows with rows: bisect for the last that fits */
         while (lo < hi) {
@@ -615,7 +618,7 @@ static int prefill_budget(const dsp_engine *e, int decode_rows, uint32_t pos) {
     } else if (w >= 4 && var > 1e-9 * w * w) {
         double b = (w * e->fit_xy - e->fit_x * e->fit_y) / var, a = (e->fit_y - b * e->fit_x) / w;
         if (b > 0) {
-            double base = a + b * decode_rows, rows = decode_rows + (e->itl_factor - 1) * (base > 0 ? base : 0) / b;
+            double base = a + b * n_decoding, rows = (e->itl_factor * (base > 0 ? base : 0) - a) / b;
             budget = rows < (double)e->batch_tokens ? (int)rows : e->batch_tokens;
         }
     } else {
@@ -773,7 +776,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
             pf_pos = e->running[i]->kv.n_tokens;
             break;
         }
-    const int budget = n > 0 ? prefill_budget(e, n, pf_pos) : e->batch_tokens;
+    const int budget = n > 0 ? prefill_budget(e, n, n_seqs, pf_pos) : e->batch_tokens;
     for (int i = 0; i < e->n_running && n < budget; i++) {
         dsp_req *r = e->running[i];
         if (r->state != DSP_REQ_PREFILL || n_logits >= e->max_rows) continue;
