@@ -214,7 +214,7 @@ typedef struct dsp_engine_params {
     int batch_tokens;       /* tokens in one round, also the longest prefill chunk (0 = 512) */
     float prefill_itl;      /* a round that carries a prefill chunk next to decoding requests may cost
                              * this many times their decode rows alone (the chunk is sized from the
-                             * measured cost; 0 = 2.5; 1..100): lower keeps their inter-token latency
+                             * measured cost; 0 = 1.5; 1..100): lower keeps their inter-token latency
                              * smoother while a long prompt is prefilled, higher prefills it sooner */
     bool no_prefix_cache;   /* never reuse KV across requests */
     bool progress;          /* weight upload progress on stderr */

@@ -50,7 +50,7 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_pa
     "      --kv-type T         KV cache element type on the GPU: f16 (default) or bf16 (F32's range)\n"       \
     "      --batch-tokens N    tokens per forward, also the prefill chunk (default 512)\n"                      \
     "      --prefill-itl X     next to decoding requests, a round with a prefill chunk costs at most X times\n" \
-    "                          their rounds alone (default 2.5; lower: smoother streams, slower prefill)\n"   \
+    "                          their rounds alone (default 1.5; lower: smoother streams, slower prefill)\n"   \
     "      --kv-memory SIZE    KV cache size, e.g. 512M (default: max-batch full contexts, at most 1/4 RAM)\n"   \
     "      --no-prefix-cache   do not reuse the KV of earlier requests\n"                                      \
     "      --precision P       CPU matmuls: q8 (default: 8-bit activations, integer dot products) or f32\n"      \

@@ -32,7 +32,7 @@
 #include "spec/spec.h"
 #include "tok/tok.h"
 
-#define DSP_ENGINE_ITL_FACTOR 2.5
+#define DSP_ENGINE_ITL_FACTOR 1.5
 #define DSP_ENGINE_MIN_CHUNK 8
 
 typedef enum { DSP_REQ_WAITING = 0, DSP_REQ_PREFILL, DSP_REQ_DECODE } dsp_req_state;

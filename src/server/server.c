@@ -109,10 +109,11 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     snprintf(s->fingerprint, sizeof s->fingerprint, "dspark-%s-%s", DSP_VERSION, DSP_GIT_COMMIT);
 
     dsp_srv_spec_json(s);
-    if (cfg->spec.max_draft == DSP_DRAFT_AUTO && cfg->spec.mode != DSP_SPEC_BASELINE) { /* now, not on the first request */
+    { /* now, not on the first request: the cost curve sizes --max-draft auto's drafts and the prefill
+       * chunks next to decoding requests (--prefill-itl), in every mode */
         dsp_spec_profile prof;
         if (dsp_engine_profile(s->engine, &prof) == DSP_OK)
-            fprintf(stderr, "dspark serve: --max-draft auto: 1-row forward %.2f ms, drafter %.2f of it per block (%s)\n", prof.one_row_ms,
+            fprintf(stderr, "dspark serve: cost profile: 1-row forward %.2f ms, drafter %.2f of it per block (%s)\n", prof.one_row_ms,
                     (double)prof.draft_rel, prof.cached ? prof.cache_path : "measured now");
     }
     if ((st = dsp_srv_sched_start(s))) {
