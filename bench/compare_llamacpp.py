@@ -66,8 +66,8 @@ def run_llama(bindir: str, model: str, threads: int, timeout: int, n_gen: int, p
 
 
 def run_dspark(exe: str, model: str, threads: int, precision: str, timeout: int, n_gen: int, prefill: bool) -> dict:
-    cmd = [exe, "benchmark", "-m", model, "-t", str(threads), "-r", "1", "--json", "--bw-mb", "0", "--no-verify", "--precision", precision,
-           "--decode-tokens", str(n_gen)]
+    cmd = [exe, "benchmark", "-m", model, "-t", str(threads), "-r", "1", "--json", "--bw-mb", "0", "--no-verify", "--no-batched",
+           "--precision", precision, "--decode-tokens", str(n_gen)]
     if not prefill:
         cmd.append("--no-prefill")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -70,6 +70,7 @@ static void usage(FILE *f) {
             "      --precision P    CPU matmuls: q8 (default, 8-bit activations) or f32\n"
             "      --no-verify      skip the verify curve\n"
             "      --no-prefill     skip the prefill figure\n"
+            "      --no-batched     skip the batched-decode figure\n"
             "      --decode-tokens N  tokens of the engine's decode figure (default 128)\n"
             "      --json           print one JSON object\n"
             "  -h, --help           this help\n");
@@ -428,7 +429,7 @@ static void spec_text(const spec_report *sr, int repeat) {
 
 int dsp_cmd_benchmark(int argc, char **argv) {
     const char *model = NULL, *draft = NULL, *trace_path = NULL;
-    bool json = false, no_verify = false, no_prefill = false;
+    bool json = false, no_verify = false, no_prefill = false, no_batched = false;
     int threads = 0, repeat = 5, bw_mb = -1, decode_tokens = DECODE_TOKENS;
     dsp_backend_params bp = {.kind = DSP_BACKEND_AUTO};
     dsp_precision precision = DSP_PRECISION_Q8;
@@ -453,6 +454,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         else if (!strcmp(a, "--gpu") && has_val) bp.gpu = atoi(argv[++i]);
         else if (!strcmp(a, "--no-verify")) no_verify = true;
         else if (!strcmp(a, "--no-prefill")) no_prefill = true;
+        else if (!strcmp(a, "--no-batched")) no_batched = true;
         else if (!strcmp(a, "--decode-tokens") && has_val) decode_tokens = atoi(argv[++i]);
         else if (!strcmp(a, "--precision") && has_val) {
             const char *v = argv[++i];
@@ -588,7 +590,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     dsp_kv_seq_free(dsp_fwd_kv(b->f), &s);
     int n_batch = 0, batch_seqs[8];
     double batched[8][64];
-    for (int B = 1; B <= BATCH_MAX; B *= 2, n_batch++) {
+    for (int B = 1; !no_batched && B <= BATCH_MAX; B *= 2, n_batch++) {
         batch_seqs[n_batch] = B;
         batched_decode(b, B); /* warm-up (graph capture on a GPU) */
         for (int r = 0; r < repeat; r++) batched[n_batch][r] = batched_decode(b, B);
