@@ -213,9 +213,10 @@ typedef struct dsp_engine_params {
     int max_batch;          /* sequences running at once (0 = 8) */
     int batch_tokens;       /* tokens in one round, also the longest prefill chunk (0 = 512) */
     float prefill_itl;      /* a round that carries a prefill chunk next to decoding requests may cost
-                             * this many times their decode rows alone (the chunk is sized from the
-                             * measured cost; 0 = 1.5; 1..100): lower keeps their inter-token latency
-                             * smoother while a long prompt is prefilled, higher prefills it sooner */
+                             * this many times a round of one row per decoding request (the chunk is
+                             * sized from the measured cost, at least one row; 0 = 1.5; 1..100): lower
+                             * keeps their inter-token latency smoother while a long prompt is
+                             * prefilled, higher prefills it sooner */
     bool no_prefix_cache;   /* never reuse KV across requests */
     bool progress;          /* weight upload progress on stderr */
     const char *draft_model; /* a block drafter (DFlash or DSpark): a Hugging Face directory or a repo id in

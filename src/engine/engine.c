@@ -595,9 +595,10 @@ static void fit_round(dsp_engine *e, int rows, double ms) {
 /* Rows a round with `decode_rows` decoding rows may take in total, prefill included; the first
  * prefill waiting is at position `pos`. With the measured cost profile (spec/cost.h; the server
  * measures it at start): the most rows whose forward, its keys beyond the profile's context
- * included, costs at most itl_factor (--prefill-itl) times a round of one row per decoding request
- * (drafts not counted), and at least one prefill row. Without one: the online linear fit of round time against rows, and at least
- * DSP_ENGINE_MIN_CHUNK prefill rows (a coarse fit must not starve the prefill). */
+ * included, costs at most itl_factor (--prefill-itl) times a round of one row per decoding
+ * request (drafts not counted), and at least one prefill row. Without one: the online linear fit
+ * of round time against rows, and at least DSP_ENGINE_MIN_CHUNK prefill rows (a coarse fit must
+ * not starve the prefill). */
 static int prefill_budget(const dsp_engine *e, int decode_rows, int n_decoding, uint32_t pos) {
     int budget = e->batch_tokens;
     const double w = e->fit_w, var = w * e->fit_xx - e->fit_x * e->fit_x;

@@ -9,10 +9,10 @@
  *
  * Chunked prefill next to decodes: while requests are decoding, a round's prefill rows are capped
  * so that the round costs at most itl_factor (--prefill-itl, default DSP_ENGINE_ITL_FACTOR) times a
- * decode-only round, from the
- * measured cost profile when the engine has one (the server measures it at start), else from the
- * engine's online fit of round time against rows; so prefill always progresses, a chunk has at
- * least one row (with the profile) or DSP_ENGINE_MIN_CHUNK rows (with the fit). Alone, a prefill takes the whole --batch-tokens budget.
+ * round of one row per decoding request, from the measured cost profile when the engine has one
+ * (the server measures it at start), else from the engine's online fit of round time against
+ * rows; so that prefill always progresses, a chunk has at least one row (with the profile) or
+ * DSP_ENGINE_MIN_CHUNK rows (with the fit). Alone, a prefill takes the whole --batch-tokens budget.
  *
  * KV admission control: a request is admitted only when the blocks it may still need (prompt +
  * max_tokens, capped by the context) fit in what is free or evictable after the promises made to
