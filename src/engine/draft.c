@@ -243,16 +243,19 @@ static dsp_status measure(dsp_engine *e, dsp_spec_profile *p) {
     return st;
 }
 
-/* A sanitized or unoptimized build runs many times slower: its curve must not be read by a release build. */
+/* A sanitized or unoptimized build runs many times slower: its curve must not be read by a release
+ * build. A sanitized build (a test build) may read an optimized build's curve, so that its test
+ * servers do not each measure one (minutes under ASan); the choices it makes from it stay lossless. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define PROFILE_BUILD "sanitized"
+#define PROFILE_SANITIZED 1
 #elif defined(__OPTIMIZE__)
 #define PROFILE_BUILD "optimized"
 #else
 #define PROFILE_BUILD "O0"
 #endif
 
-static void profile_key(const dsp_engine *e, char *key, size_t cap) {
+static void profile_key(const dsp_engine *e, const char *build, char *key, size_t cap) {
     struct stat sb;
     long long mt = stat(e->m->path, &sb) ? 0 : (long long)sb.st_mtime;
     const dsp_weights *w = &e->m->w;
@@ -262,16 +265,25 @@ static void profile_key(const dsp_engine *e, char *key, size_t cap) {
              (unsigned long long)e->m->info.file_size, mt, dsp_dtype_name(w->tok_embd->type), dsp_dtype_name(w->output->type),
              dsp_dtype_name(w->layers[0].ffn_down->type), e->bd ? e->bdi->path : "", e->bd ? (unsigned long long)e->bdi->n_params : 0ull,
              e->bd ? (int)e->bdi->shares_embd : 0, e->bd ? (int)e->bdi->shares_head : 0, e->be->desc, e->max_batch, e->batch_tokens, e->n_ctx,
-             DSP_LIB_VERSION, PROFILE_BUILD);
+             DSP_LIB_VERSION, build);
 }
 
 dsp_status dsp_engine_profile(dsp_engine *e, dsp_spec_profile *out) {
     if (!e->have_prof) {
         char key[2048];
-        profile_key(e, key, sizeof key);
         char path[512];
+        bool cached = false;
+#ifdef PROFILE_SANITIZED
+        profile_key(e, "optimized", key, sizeof key);
         dsp_cost_cache_path(key, path, sizeof path);
-        if (!dsp_cost_cache_read(path, key, &e->prof)) {
+        cached = dsp_cost_cache_read(path, key, &e->prof);
+#endif
+        if (!cached) {
+            profile_key(e, PROFILE_BUILD, key, sizeof key);
+            dsp_cost_cache_path(key, path, sizeof path);
+            cached = dsp_cost_cache_read(path, key, &e->prof);
+        }
+        if (!cached) {
             double t0 = now_ms();
             dsp_status st = measure(e, &e->prof);
             if (st) { /* not again: dsp_cost_time's linear guess from now on */
