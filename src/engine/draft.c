@@ -268,22 +268,21 @@ static void profile_key(const dsp_engine *e, const char *build, char *key, size_
              DSP_LIB_VERSION, build);
 }
 
+/* e->prof from the cache entry of `build`; key and path are that entry's either way */
+static bool read_cached(dsp_engine *e, const char *build, char *key, size_t kcap, char *path, size_t pcap) {
+    profile_key(e, build, key, kcap);
+    dsp_cost_cache_path(key, path, pcap);
+    return dsp_cost_cache_read(path, key, &e->prof);
+}
+
 dsp_status dsp_engine_profile(dsp_engine *e, dsp_spec_profile *out) {
     if (!e->have_prof) {
-        char key[2048];
-        char path[512];
+        char key[2048], path[512];
         bool cached = false;
 #ifdef PROFILE_SANITIZED
-        profile_key(e, "optimized", key, sizeof key);
-        dsp_cost_cache_path(key, path, sizeof path);
-        cached = dsp_cost_cache_read(path, key, &e->prof);
+        cached = read_cached(e, "optimized", key, sizeof key, path, sizeof path);
 #endif
-        if (!cached) {
-            profile_key(e, PROFILE_BUILD, key, sizeof key);
-            dsp_cost_cache_path(key, path, sizeof path);
-            cached = dsp_cost_cache_read(path, key, &e->prof);
-        }
-        if (!cached) {
+        if (!cached && !read_cached(e, PROFILE_BUILD, key, sizeof key, path, sizeof path)) {
             double t0 = now_ms();
             dsp_status st = measure(e, &e->prof);
             if (st) { /* not again: dsp_cost_time's linear guess from now on */
