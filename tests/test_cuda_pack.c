@@ -39,8 +39,11 @@ static void pack_random(packed *pk, uint32_t type, int64_t M, int64_t K) {
     for (int64_t t = 0; t < pk->n_tiles; t++)
         for (int64_t c = 0; c < pk->n_groups; c++) {
             uint8_t *base = pk->p + (t * pk->n_groups + c) * gb;
-            for (int l = 0; l < 32; l++)
-                dsp_cu_pack_lane(&pk->L, pk->raw, pk->row_bytes, M, K, t, c, l, base + l * pk->L.lane_bytes);
+            for (int l = 0; l < 32; l++) {
+                uint8_t chunk[DSP_CU_MAX_LANE_BYTES];
+                dsp_cu_pack_lane(&pk->L, pk->raw, pk->row_bytes, M, K, t, c, l, chunk);
+                dsp_cu_put_lane(&pk->L, base, l, chunk);
+            }
             dsp_cu_pack_scales(&pk->L, pk->raw, pk->row_bytes, M, K, t, c, base + 32 * pk->L.lane_bytes);
         }
 }
@@ -121,7 +124,7 @@ static void test_warp_emulation(void) {
                     memset(A, 0, sizeof A);
                     for (int l = 0; l < 32; l++) {
                         uint32_t w[32], hi[4], lo[4] = {0, 0, 0, 0};
-                        memcpy(w, base + l * pk.L.lane_bytes, (size_t)pk.L.lane_bytes);
+                        dsp_cu_get_lane(&pk.L, base, l, (uint8_t *)w);
                         if (bsteps) dsp_cu_frag_q(type, w, s, hi);
                         else dsp_cu_frag_f(type, w, s, hi, lo);
                         const int g = l >> 2, t = l & 3;

@@ -1088,7 +1088,8 @@ const dsp_backend_ops g_ops = {
 /* the device can run this build's kernels (sm_90 machine code or its PTX) */
 cudaError_t probe(int dev) {
     cudaError_t e = cudaSetDevice(dev);
-    if (e == cudaSuccess) e = dsp_cu_attn_init();
+    if (e == cudaSuccess) e = dsp_cu_kernels_init();
+    if (e == cudaSuccess) e = dsp_cu_mm_init();
     return e;
 }
 

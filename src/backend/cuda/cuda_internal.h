@@ -20,6 +20,28 @@ extern "C" {
 
 #include <stdint.h>
 
+/* ---- programmatic dependent launch ------------------------------------------------------------- */
+
+/* A kernel launched with dsp_cu_launch_pdl may start while the kernel before it on the stream
+ * still runs (once that one has called dsp_cu_pdl_launch_dependents, or exited): it must call
+ * dsp_cu_pdl_wait, which returns when the kernel before it has finished and its writes are
+ * visible, before it reads that kernel's outputs or writes anything. Both are no-ops for kernels
+ * launched plainly. The matmul uses it to have its first weight loads in flight while its input
+ * is prepared; DSP_CUDA_PDL=0 launches plainly. */
+__device__ __forceinline__ void dsp_cu_pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void dsp_cu_pdl_launch_dependents(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
+bool dsp_cu_pdl_enabled(void);
+template <typename... P, typename... A>
+cudaError_t dsp_cu_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr, cfg.numAttrs = dsp_cu_pdl_enabled() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 /* ---- matmul (cuda_matmul.cu) ------------------------------------------------------------------ */
 
 /* A weight matrix in its packed layout (M rows of K, pack.h). */
@@ -32,6 +54,8 @@ typedef struct dsp_cu_mat {
 
 /* warps per tile for an M x K matrix of layout L (a function of the weight alone: batch invariance) */
 int dsp_cu_mm_slices(const dsp_cu_layout *L, int64_t M, int64_t K);
+/* once per process: the matmul kernels' shared-memory limits */
+cudaError_t dsp_cu_mm_init(void);
 /* Repack a raw GGUF matrix already on the device (raw, row_bytes per row) into m->d. */
 cudaError_t dsp_cu_repack(const dsp_cu_mat *m, const uint8_t *raw, size_t row_bytes, cudaStream_t st);
 
@@ -43,7 +67,7 @@ typedef struct dsp_cu_xpack {
     int64_t xs_stride;  /* >= rows rounded up to 64 */
 } dsp_cu_xpack;
 /* The preparation of a matmul's input X (n_rows x K), fused with the op(s) that produced it:
- *   PREP_ADD     src += y                      (a residual add before the norm)
+ *   PREP_ADD     src += y                      (a residual add before the norm; only with PREP_NORM)
  *   PREP_NORM    X = w * (src * rsqrt(mean(src^2) + eps))   (w may be NULL)
  *   PREP_SWIGLU  X = silu(X) * u
  * then X -> xp / xsum (dsp_cu_xpack). Bit-identical to the separate kernels. */
@@ -56,7 +80,9 @@ typedef struct dsp_cu_prep {
     float eps;
     uint4 *xp;
     float *xsum;
+    bool smem;          /* set by dsp_cu_prep_launch: the row is staged in shared memory */
 } dsp_cu_prep;
+#define PREP_SMEM_MAX (160u << 10) /* rows up to 40960 floats are staged in shared memory */
 cudaError_t dsp_cu_prep_launch(const dsp_cu_prep *a, int n_rows, cudaStream_t st);
 /* y_i = x W_i^T for n (<= 3) matrices of the same K (any types) */
 cudaError_t dsp_cu_matmul(int n, const dsp_cu_mat *const *w, float *const *y, int n_rows, const dsp_cu_xpack *xb,
@@ -88,7 +114,7 @@ static inline __host__ __device__ int dsp_cu_attn_chunk(int n_keys) {
 static inline __host__ __device__ int dsp_cu_attn_chunks(int n_keys) {
     return n_keys <= 0 ? 0 : (n_keys + dsp_cu_attn_chunk(n_keys) - 1) / dsp_cu_attn_chunk(n_keys);
 }
-cudaError_t dsp_cu_attn_init(void);
+cudaError_t dsp_cu_kernels_init(void);
 
 cudaError_t dsp_cu_embed(float *x, const dsp_cu_mat *table, int dim, int n, const dsp_cu_meta *m, cudaStream_t st);
 cudaError_t dsp_cu_rmsnorm(float *out, const float *x, const float *w, int n_rows, int dim, float eps, const int32_t *rows,

@@ -12,10 +12,13 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 namespace {
 
 constexpr int MAX_GROUP = 16; /* query heads per KV head */
+constexpr size_t ATT_SMEM_MAX = 200 * 1024;
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -60,56 +63,79 @@ __global__ void embed_kernel(float *x, dsp_cu_layout L, const uint8_t *w, int64_
     x[i] = dsp_cu_packed_elem(&L, w, n_groups, m.tokens[r], k);
 }
 
-/* ---- RMSNorm: one CTA per row -------------------------------------------------------------- */
+/* ---- RMSNorm and the matmul's input preparation: one CTA of ROW_THREADS per row ------------- */
 
-__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps, const int32_t *rows) {
+/* Both kernels reduce a row's squares with this one shape (a strided sum per thread, then
+ * block_sum), so the fused preparation equals rmsnorm_kernel bit for bit. 512 threads: a decode
+ * row is one CTA, and its latency, not the bandwidth, is what that CTA costs. */
+constexpr int ROW_THREADS = 512;
+
+__device__ __forceinline__ float row_rsqrt(const float *x, int64_t dim, float eps, float *sh) {
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
+    ss = block_sum(ss, sh);
+    return 1.0f / sqrtf(ss / (float)dim + eps);
+}
+
+__global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps,
+                                                              const int32_t *rows) {
     __shared__ float sh[32];
     const int r = blockIdx.x;
     const float *xr = x + (int64_t)(rows ? rows[r] : r) * dim;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-    ss = block_sum(ss, sh);
-    const float rs = 1.0f / sqrtf(ss / (float)dim + eps);
+    const float rs = row_rsqrt(xr, dim, eps, sh);
     float *o = out + (int64_t)r * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? w[i] * (xr[i] * rs) : xr[i] * rs;
 }
 
-/* The matmul's input preparation, one CTA (256 threads) per row, optionally fused with the ops that
- * produce the input (DSP_CU_PREP_*): src += y; X = RMSNorm(src) * w; X = silu(X) * u. Each step
- * uses the same float operations in the same order as its own kernel (add_kernel, rmsnorm_kernel,
+/* The matmul's input preparation, one CTA per row, optionally fused with the ops that produce the
+ * input (DSP_CU_PREP_*): src += y; X = RMSNorm(src) * w; X = silu(X) * u. Each step uses the same
+ * float operations in the same order as its own kernel (add_kernel, rmsnorm_kernel,
  * swiglu_kernel), so fusing changes no bit. Then X's row becomes the B operand units (pack.h) and
- * the sums of its 32-blocks (in index order). */
-__global__ void __launch_bounds__(256) prep_kernel(dsp_cu_prep a) {
+ * the sums of its 32-blocks (a warp's butterfly per block). The row is staged in shared memory
+ * when it fits (a.smem), so the packing reads it from there and not back from global memory. */
+__global__ void __launch_bounds__(ROW_THREADS) prep_kernel(dsp_cu_prep a) {
+    extern __shared__ float stage[];
     __shared__ float sh[32];
+    dsp_cu_pdl_launch_dependents(); /* the matmul's CTAs may start loading weights (they wait for us) */
     const int64_t r = blockIdx.x, K = a.K;
-    float *X = a.X + r * K;
-    if (a.flags & DSP_CU_PREP_ADD) {
+    float *X = a.X + r * K, *S = a.smem ? stage : X;
+    const bool norm = a.flags & DSP_CU_PREP_NORM;
+    /* 1: the input (src + y, or X) into S, and the sum of squares (as row_rsqrt sums them) */
+    float ss = 0.0f;
+    if (norm) {
         float *src = a.src + r * K;
         const float *y = a.y + r * K;
-        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) src[i] += y[i];
-    }
-    if (a.flags & DSP_CU_PREP_NORM) {
-        const float *src = a.src + r * K;
-        float ss = 0.0f;
-        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss = fmaf(src[i], src[i], ss);
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
+            float v = src[i];
+            if (a.flags & DSP_CU_PREP_ADD) src[i] = v = v + y[i];
+            S[i] = v;
+            ss = fmaf(v, v, ss);
+        }
         ss = block_sum(ss, sh);
-        const float rs = 1.0f / sqrtf(ss / (float)K + a.eps);
-        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) X[i] = a.w ? a.w[i] * (src[i] * rs) : src[i] * rs;
+    } else if (S != X) {
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) S[i] = X[i];
     }
-    if (a.flags & DSP_CU_PREP_SWIGLU) {
-        const float *u = a.u + r * K;
-        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) X[i] = X[i] / (1.0f + expf(-X[i])) * u[i];
+    /* 2: the element-wise ops, each thread on the elements it staged */
+    if (a.flags & (DSP_CU_PREP_NORM | DSP_CU_PREP_SWIGLU)) {
+        const float rs = norm ? 1.0f / sqrtf(ss / (float)K + a.eps) : 0.0f;
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
+            float v = S[i];
+            if (norm) v = a.w ? a.w[i] * (v * rs) : v * rs;
+            if (a.flags & DSP_CU_PREP_SWIGLU) v = v / (1.0f + expf(-v)) * a.u[r * K + i];
+            X[i] = v;
+            if (S != X) S[i] = v;
+        }
     }
     __syncthreads(); /* the row is final (and visible to the whole CTA) */
     for (int64_t u = threadIdx.x; u < a.units; u += blockDim.x) {
         uint32_t v[4];
-        dsp_cu_x_unit(X, K, u, v);
+        dsp_cu_x_unit(S, K, u, v);
         a.xp[r * a.units + u] = make_uint4(v[0], v[1], v[2], v[3]);
     }
-    for (int64_t b = threadIdx.x; b < a.units / 8; b += blockDim.x) {
-        float s = 0.0f;
-        for (int64_t k = 32 * b; k < 32 * b + 32 && k < K; k++) s += X[k];
-        a.xsum[b * a.xs_stride + r] = s;
+    const int lane = threadIdx.x & 31;
+    for (int64_t b = threadIdx.x >> 5; b < a.units / 8; b += blockDim.x >> 5) {
+        const float s = warp_sum(32 * b + lane < K ? S[32 * b + lane] : 0.0f);
+        if (lane == 0) a.xsum[b * a.xs_stride + r] = s;
     }
 }
 
@@ -200,55 +226,84 @@ struct attn_args {
     dsp_cu_meta m;
 };
 
-/* one CTA per (row, KV head) x chunk; dynamic shared memory: q [G][hd], scores [G][chunk], slots */
-__global__ void attn_chunk_kernel(attn_args a) {
+/* One CTA of ATT_WARPS warps per (row, KV head) x chunk, for the GM >= G query heads that share the
+ * KV head. Warp w owns the chunk's keys w, w + ATT_WARPS, ...; lane l owns the dimensions
+ * 4l .. 4l + 3 of each 128-wide slice of the head (one 8-byte load of a K or V row per slice).
+ *   scores  per key and head: the lane's products in dimension order, then a butterfly;
+ *   softmax a warp per head: max, exp, sum (butterfly) over the chunk;
+ *   output  each warp sums p * v over its own keys in order, then the ATT_WARPS partials are
+ *           added in warp order.
+ * Every order is fixed by the chunk's length, which depends on the row's key count alone. The
+ * loads of ATT_KB keys are issued before their first use. Dynamic shared memory: q [G][hd],
+ * scores [G][chunk], output partials [ATT_WARPS][G][hd], slots [chunk]. */
+constexpr int ATT_WARPS = 4, ATT_KB = 4;
+
+__device__ __forceinline__ void kv_load4(const uint16_t *p, float f[4], bool bf16) {
+    const uint2 r = *(const uint2 *)p;
+    f[0] = kv_val((uint16_t)r.x, bf16), f[1] = kv_val((uint16_t)(r.x >> 16), bf16);
+    f[2] = kv_val((uint16_t)r.y, bf16), f[3] = kv_val((uint16_t)(r.y >> 16), bf16);
+}
+
+template <int GM>
+__global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a) {
     extern __shared__ float smem[];
     const int row = blockIdx.x / a.n_head_kv, kvh = blockIdx.x % a.n_head_kv, c = blockIdx.y;
     const int nk = a.m.n_keys[row], CH = dsp_cu_attn_chunk(nk), nch = (nk + CH - 1) / CH;
     if (c >= nch) return;
     const int G = a.n_head / a.n_head_kv, hd = a.hd, k0 = c * CH, n = min(nk - k0, CH);
-    const int kv_dim = a.kv.kv_dim, bt = a.kv.block_tokens;
-    float *qs = smem, *sc = qs + G * hd;
-    int64_t *slot = (int64_t *)(sc + G * CH + (G * CH) % 2); /* 8-byte aligned */
+    const int kv_dim = a.kv.kv_dim, bt = a.kv.block_tokens, ns = (hd + 127) / 128;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *qs = smem, *sc = qs + G * hd, *po = sc + G * CH;
+    int64_t *slot = (int64_t *)(po + ATT_WARPS * G * hd + (G * hd + G * CH + ATT_WARPS * G * hd) % 2); /* 8-byte aligned */
     const float *qr = a.q + (int64_t)row * a.n_head * hd + (int64_t)kvh * G * hd;
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = qr[i];
     const int64_t lbase = (int64_t)a.layer * a.kv.n_blocks * bt;
     for (int j = threadIdx.x; j < n; j += blockDim.x) slot[j] = (lbase + kv_slot(a.m, bt, row, k0 + j)) * kv_dim + (int64_t)kvh * hd;
     __syncthreads();
-    /* scores: one thread per key, dot products in index order; the key row's loads are issued 8
-     * at a time (64 values) before they are used */
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        const uint16_t *kr = a.kv.k + slot[j];
-        float acc[MAX_GROUP];
+
+    for (int j0 = warp; j0 < n; j0 += ATT_WARPS * ATT_KB) {
+        float acc[ATT_KB][GM];
 #pragma unroll
-        for (int g = 0; g < MAX_GROUP; g++) acc[g] = 0.0f;
-        for (int d0 = 0; d0 < hd; d0 += 64) {
-            uint4 raw[8];
+        for (int kb = 0; kb < ATT_KB; kb++)
 #pragma unroll
-            for (int i = 0; i < 8; i++)
-                if (d0 + 8 * i < hd) raw[i] = *(const uint4 *)(kr + d0 + 8 * i);
+            for (int g = 0; g < GM; g++) acc[kb][g] = 0.0f;
+        for (int sl = 0; sl < ns; sl++) {
+            const int d = 128 * sl + 4 * lane;
+            if (d >= hd) break;
+            float kf[ATT_KB][4];
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                if (d0 + 8 * i >= hd) break;
+            for (int kb = 0; kb < ATT_KB; kb++) {
+                const int j = j0 + ATT_WARPS * kb;
+                if (j < n) kv_load4(a.kv.k + slot[j] + d, kf[kb], a.kv.bf16);
+                else kf[kb][0] = kf[kb][1] = kf[kb][2] = kf[kb][3] = 0.0f;
+            }
 #pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const uint32_t w2 = e < 2 ? raw[i].x : e < 4 ? raw[i].y : e < 6 ? raw[i].z : raw[i].w;
-                    const float kv = kv_val((uint16_t)(w2 >> (16 * (e & 1))), a.kv.bf16);
-                    const int d = d0 + 8 * i + e;
+            for (int g = 0; g < GM; g++) {
+                if (g >= G) break;
+                const float4 q4 = *(const float4 *)(qs + g * hd + d);
 #pragma unroll
-                    for (int g = 0; g < MAX_GROUP; g++)
-                        if (g < G) acc[g] = fmaf(qs[g * hd + d], kv, acc[g]);
+                for (int kb = 0; kb < ATT_KB; kb++) {
+                    acc[kb][g] = fmaf(q4.x, kf[kb][0], acc[kb][g]);
+                    acc[kb][g] = fmaf(q4.y, kf[kb][1], acc[kb][g]);
+                    acc[kb][g] = fmaf(q4.z, kf[kb][2], acc[kb][g]);
+                    acc[kb][g] = fmaf(q4.w, kf[kb][3], acc[kb][g]);
                 }
             }
         }
 #pragma unroll
-        for (int g = 0; g < MAX_GROUP; g++)
-            if (g < G) sc[g * CH + j] = acc[g] * a.scale;
+        for (int kb = 0; kb < ATT_KB; kb++) {
+            const int j = j0 + ATT_WARPS * kb;
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                if (g >= G) break;
+                const float v = warp_sum(acc[kb][g]);
+                if (lane == 0 && j < n) sc[g * CH + j] = v * a.scale;
+            }
+        }
     }
     __syncthreads();
     /* per head: max, exp, sum (warp per head) */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    for (int g = warp; g < G; g += nw) {
+    for (int g = warp; g < G; g += ATT_WARPS) {
         float mx = -INFINITY;
         for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sc[g * CH + j]);
         mx = warp_max(mx);
@@ -265,26 +320,45 @@ __global__ void attn_chunk_kernel(attn_args a) {
         }
     }
     __syncthreads();
-    /* o[g][d] = sum_j p[g][j] v[j][d], keys in order; 8 keys' values loaded before use */
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o[MAX_GROUP];
+    /* each warp: o[g][d] = sum over its keys (in order) of p[g][j] v[j][d] */
+    for (int sl = 0; sl < ns; sl++) {
+        const int d = 128 * sl + 4 * lane;
+        if (d >= hd) break;
+        float o[GM][4];
 #pragma unroll
-        for (int g = 0; g < MAX_GROUP; g++) o[g] = 0.0f;
-        for (int j0 = 0; j0 < n; j0 += 8) {
-            float v[8];
+        for (int g = 0; g < GM; g++) o[g][0] = o[g][1] = o[g][2] = o[g][3] = 0.0f;
+        for (int j0 = warp; j0 < n; j0 += ATT_WARPS * ATT_KB) {
+            float vf[ATT_KB][4];
 #pragma unroll
-            for (int i = 0; i < 8; i++) v[i] = j0 + i < n ? kv_val(a.kv.v[slot[j0 + i] + d], a.kv.bf16) : 0.0f;
+            for (int kb = 0; kb < ATT_KB; kb++) {
+                const int j = j0 + ATT_WARPS * kb;
+                if (j < n) kv_load4(a.kv.v + slot[j] + d, vf[kb], a.kv.bf16);
+            }
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                if (j0 + i >= n) break;
+            for (int kb = 0; kb < ATT_KB; kb++) {
+                const int j = j0 + ATT_WARPS * kb;
+                if (j >= n) break;
 #pragma unroll
-                for (int g = 0; g < MAX_GROUP; g++)
-                    if (g < G) o[g] = fmaf(sc[g * CH + j0 + i], v[i], o[g]);
+                for (int g = 0; g < GM; g++) {
+                    if (g >= G) break;
+                    const float p = sc[g * CH + j];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) o[g][e] = fmaf(p, vf[kb][e], o[g][e]);
+                }
             }
         }
 #pragma unroll
-        for (int g = 0; g < MAX_GROUP; g++)
-            if (g < G) a.part[(((int64_t)row * a.n_head + kvh * G + g) * a.max_chunks + c) * (hd + 2) + d] = o[g];
+        for (int g = 0; g < GM; g++) {
+            if (g >= G) break;
+            *(float4 *)(po + (warp * G + g) * hd + d) = make_float4(o[g][0], o[g][1], o[g][2], o[g][3]);
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        float v = po[i];
+        for (int w = 1; w < ATT_WARPS; w++) v += po[w * G * hd + i];
+        const int g = i / hd, d = i % hd;
+        a.part[(((int64_t)row * a.n_head + kvh * G + g) * a.max_chunks + c) * (hd + 2) + d] = v;
     }
 }
 
@@ -423,13 +497,16 @@ cudaError_t dsp_cu_embed(float *x, const dsp_cu_mat *t, int dim, int n, const ds
 }
 
 cudaError_t dsp_cu_prep_launch(const dsp_cu_prep *a, int n_rows, cudaStream_t st) {
-    prep_kernel<<<(unsigned)n_rows, 256, 0, st>>>(*a);
+    dsp_cu_prep p = *a;
+    const size_t sm = (size_t)p.K * sizeof(float);
+    p.smem = sm <= PREP_SMEM_MAX;
+    prep_kernel<<<(unsigned)n_rows, ROW_THREADS, p.smem ? sm : 0, st>>>(p);
     return cudaGetLastError();
 }
 
 cudaError_t dsp_cu_rmsnorm(float *out, const float *x, const float *w, int n_rows, int dim, float eps, const int32_t *rows,
                            cudaStream_t st) {
-    rmsnorm_kernel<<<(unsigned)n_rows, 256, 0, st>>>(out, x, w, dim, eps, rows);
+    rmsnorm_kernel<<<(unsigned)n_rows, ROW_THREADS, 0, st>>>(out, x, w, dim, eps, rows);
     return cudaGetLastError();
 }
 
@@ -451,7 +528,7 @@ cudaError_t dsp_cu_kv_write(const dsp_cu_kv *kv, int layer, const float *k, cons
 }
 
 static size_t attn_smem(int G, int hd, int chunk) {
-    return (size_t)(G * hd + G * chunk + 1) * sizeof(float) + (size_t)chunk * sizeof(int64_t) + 8;
+    return (size_t)(G * hd + G * chunk + ATT_WARPS * G * hd + 1) * sizeof(float) + (size_t)chunk * sizeof(int64_t) + 8;
 }
 
 cudaError_t dsp_cu_attention(float *out, const float *q, const dsp_cu_kv *kv, int layer, int n, int n_head, int n_head_kv,
@@ -460,13 +537,30 @@ cudaError_t dsp_cu_attention(float *out, const float *q, const dsp_cu_kv *kv, in
     const int G = n_head / n_head_kv;
     if (G > MAX_GROUP || head_dim % 8) return cudaErrorInvalidValue;
     attn_args a = {q, *kv, layer, n_head, n_head_kv, head_dim, max_chunks, scale, part, *m};
-    attn_chunk_kernel<<<dim3((unsigned)(n * n_head_kv), (unsigned)max_chunks), 128, attn_smem(G, head_dim, max_chunk_len), st>>>(a);
+    const dim3 grid((unsigned)(n * n_head_kv), (unsigned)max_chunks);
+    const size_t sm = attn_smem(G, head_dim, max_chunk_len);
+    if (sm > ATT_SMEM_MAX) return cudaErrorInvalidValue;
+    if (G <= 4) attn_chunk_kernel<4><<<grid, ATT_WARPS * 32, sm, st>>>(a);
+    else if (G <= 8) attn_chunk_kernel<8><<<grid, ATT_WARPS * 32, sm, st>>>(a);
+    else attn_chunk_kernel<16><<<grid, ATT_WARPS * 32, sm, st>>>(a);
     attn_merge_kernel<<<(unsigned)(n * n_head), 128, 0, st>>>(out, part, n_head, head_dim, max_chunks, *m);
     return cudaGetLastError();
 }
 
-cudaError_t dsp_cu_attn_init(void) {
-    return cudaFuncSetAttribute(attn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+bool dsp_cu_pdl_enabled(void) {
+    static const bool on = [] {
+        const char *e = getenv("DSP_CUDA_PDL");
+        return !(e && !strcmp(e, "0"));
+    }();
+    return on;
+}
+
+cudaError_t dsp_cu_kernels_init(void) {
+    cudaError_t e = cudaFuncSetAttribute(attn_chunk_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(attn_chunk_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(attn_chunk_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, PREP_SMEM_MAX);
+    return e;
 }
 
 cudaError_t dsp_cu_add(float *x, const float *y, size_t n, cudaStream_t st) {

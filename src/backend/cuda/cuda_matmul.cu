@@ -18,8 +18,13 @@
  * row and token alone, so neither NT, the token group nor the other tokens can change it. No
  * atomics, no split whose count depends on the batch.
  *
+ * The kernel is launched as a programmatic dependent of the input preparation before it
+ * (cuda_internal.h): its CTAs start while that kernel runs and issue their first weight loads,
+ * then wait for it (griddepcontrol.wait) before they read the activations.
+ *
  * Weights are read with 16-byte streaming loads (L1::no_allocate: the activations, read by every
- * warp, stay in L1), U groups at a time so that several loads are in flight per lane. */
+ * warp, stay in L1), each warp-wide load 512 consecutive bytes (pack.h interleaves the lanes'
+ * chunks), U groups at a time so that several loads are in flight per lane. */
 #include "backend/cuda/cuda_internal.h"
 
 #include <stdio.h>
@@ -43,7 +48,7 @@ MMT(DSP_Q5_K, 256, 80, 320, 2)
 MMT(DSP_Q6_K, 256, 96, 320, 2)
 #undef MMT
 
-constexpr int MAX_S = 8;     /* warps per CTA */
+constexpr int MAX_S = 16;    /* warps per CTA (float weights; quantized ones: 8, see max_slices) */
 constexpr int RED_LD = 17;   /* shared-memory row stride of the partial sums (bank spread) */
 
 struct mm_mat_arg {
@@ -66,6 +71,15 @@ __device__ __forceinline__ uint4 ld_stream(const uint8_t *p) {
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
+    return v;
+}
+
+/* Activations: a plain load, volatile so that it stays after dsp_cu_pdl_wait (__ldg's
+ * ld.global.nc reads memory the compiler takes for constant and may be hoisted above it, to
+ * before the kernel that writes the activations has finished). */
+__device__ __forceinline__ uint4 ld_act(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
 
@@ -128,9 +142,12 @@ __device__ __forceinline__ void block_scale(const lane_scales &s, int b, float m
 template <uint32_t T> constexpr bool has_min() { return T == DSP_Q4_1 || T == DSP_Q4_K || T == DSP_Q5_K; }
 template <uint32_t T> constexpr bool is_float() { return T == DSP_BF16 || T == DSP_F16 || T == DSP_F32; }
 template <uint32_t T> constexpr int block_steps() { return is_float<T>() ? 0 : T == DSP_Q6_K ? 1 : 2; }
+/* Warps per CTA at most: 16 for float weights, 8 for quantized ones, whose scales take registers
+ * (8 warps leave a thread up to 255). */
+template <uint32_t T> constexpr int max_slices() { return is_float<T>() ? MAX_S : MAX_S / 2; }
 
 template <uint32_t T, int NT>
-__global__ void __launch_bounds__(MAX_S * 32) mm_kernel(const mm_args a) {
+__global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args a) {
     using C = mmt<T>;
     constexpr int STEPS = C::KG / 16, BST = block_steps<T>(), NV = C::LB / 16;
     constexpr int64_t GB = 32 * C::LB + C::SB;
@@ -148,6 +165,7 @@ __global__ void __launch_bounds__(MAX_S * 32) mm_kernel(const mm_args a) {
     const int tok0 = blockIdx.x * NT * 8;
     extern __shared__ float red[]; /* [S][NT * 8 tokens][RED_LD] */
 
+    dsp_cu_pdl_launch_dependents(); /* a second matmul on the same input may start its loads */
     float tot[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) tot[nt][0] = tot[nt][1] = tot[nt][2] = tot[nt][3] = 0.0f;
@@ -164,18 +182,18 @@ __global__ void __launch_bounds__(MAX_S * 32) mm_kernel(const mm_args a) {
             tok_ok[nt] = tok < a.n_rows;
             xrow[nt] = a.xp + (int64_t)(tok_ok[nt] ? tok : 0) * a.x_units;
         }
-        for (int64_t c = c0; c < c1; c += U) {
-            uint4 wv[U][NV];
-            lane_scales sc[U];
+        auto load = [&](int64_t c, uint4 (&wv)[U][NV], lane_scales (&sc)[U]) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (c + u < c1) {
                     const uint8_t *gp = tp + (c + u) * GB;
 #pragma unroll
-                    for (int i = 0; i < NV; i++) wv[u][i] = ld_stream(gp + lane * C::LB + 16 * i);
+                    for (int i = 0; i < NV; i++) wv[u][i] = ld_stream(gp + 16 * (32 * i + lane));
                     if constexpr (C::SB > 0) load_scales<T>(gp + 32 * C::LB, g, sc[u]);
                 }
             }
+        };
+        auto multiply = [&](int64_t c, const uint4 (&wv)[U][NV], const lane_scales (&sc)[U]) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (c + u >= c1) break;
@@ -191,7 +209,7 @@ __global__ void __launch_bounds__(MAX_S * 32) mm_kernel(const mm_args a) {
                     const int64_t ku = (c + u) * (C::KG / 4) + 4 * s + t;
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) {
-                        const uint4 xb = tok_ok[nt] ? __ldg(xrow[nt] + ku) : make_uint4(0, 0, 0, 0);
+                        const uint4 xb = tok_ok[nt] ? ld_act(xrow[nt] + ku) : make_uint4(0, 0, 0, 0);
                         if constexpr (is_float<T>()) {
                             mma(tot[nt], A, xb.x, xb.y);
                             mma(tot[nt], A, xb.z, xb.w);
@@ -221,6 +239,23 @@ __global__ void __launch_bounds__(MAX_S * 32) mm_kernel(const mm_args a) {
                     }
                 }
             }
+        };
+        uint4 wv[U][NV];
+        lane_scales sc[U];
+        int64_t c = c0;
+        if constexpr (is_float<T>()) {
+            /* the first batch's weights are in flight before the wait for the input (PDL);
+             * quantized types wait first: the peeled batch costs them registers (occupancy) */
+            if (c < c1) load(c, wv, sc);
+            dsp_cu_pdl_wait();
+            if (c < c1) multiply(c, wv, sc);
+            c += U;
+        } else {
+            dsp_cu_pdl_wait();
+        }
+        for (; c < c1; c += U) {
+            load(c, wv, sc);
+            multiply(c, wv, sc);
         }
         /* c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1) */
 #pragma unroll
@@ -229,6 +264,7 @@ __global__ void __launch_bounds__(MAX_S * 32) mm_kernel(const mm_args a) {
             for (int i = 0; i < 4; i++)
                 red[(warp * NT * 8 + 8 * nt + 2 * t + (i & 1)) * RED_LD + g + 8 * (i >> 1)] = tot[nt][i];
     }
+    if (warp >= S) dsp_cu_pdl_wait(); /* nothing is written before the inputs are final */
     __syncthreads();
     for (int idx = threadIdx.x; idx < NT * 8 * 16; idx += blockDim.x) {
         const int tk = idx >> 4, row = idx & 15;
@@ -249,12 +285,11 @@ cudaError_t launch_type(const mm_args &a, int S_max, cudaStream_t st) {
     const dim3 grid((unsigned)((a.n_rows + 8 * nt - 1) / (8 * nt)), (unsigned)n_tiles);
     const dim3 block((unsigned)(32 * S_max));
     switch (nt) {
-    case 1: mm_kernel<T, 1><<<grid, block, mm_smem<T, 1>(S_max), st>>>(a); break;
-    case 2: mm_kernel<T, 2><<<grid, block, mm_smem<T, 2>(S_max), st>>>(a); break;
-    case 4: mm_kernel<T, 4><<<grid, block, mm_smem<T, 4>(S_max), st>>>(a); break;
-    default: mm_kernel<T, 8><<<grid, block, mm_smem<T, 8>(S_max), st>>>(a); break;
+    case 1: return dsp_cu_launch_pdl(mm_kernel<T, 1>, grid, block, mm_smem<T, 1>(S_max), st, a);
+    case 2: return dsp_cu_launch_pdl(mm_kernel<T, 2>, grid, block, mm_smem<T, 2>(S_max), st, a);
+    case 4: return dsp_cu_launch_pdl(mm_kernel<T, 4>, grid, block, mm_smem<T, 4>(S_max), st, a);
+    default: return dsp_cu_launch_pdl(mm_kernel<T, 8>, grid, block, mm_smem<T, 8>(S_max), st, a);
     }
-    return cudaGetLastError();
 }
 
 cudaError_t launch(uint32_t type, const mm_args &a, int S_max, cudaStream_t st) {
@@ -281,20 +316,45 @@ __global__ void repack_kernel(dsp_cu_layout L, const uint8_t *raw, size_t row_by
     const int64_t unit = i / 32, tile = unit / n_groups, group = unit % n_groups;
     const int lane = (int)(i % 32);
     uint8_t *base = out + unit * dsp_cu_group_bytes(&L);
-    dsp_cu_pack_lane(&L, raw, row_bytes, M, K, tile, group, lane, base + lane * L.lane_bytes);
+    uint8_t chunk[DSP_CU_MAX_LANE_BYTES];
+    dsp_cu_pack_lane(&L, raw, row_bytes, M, K, tile, group, lane, chunk);
+    dsp_cu_put_lane(&L, base, lane, chunk);
     if (lane == 0) dsp_cu_pack_scales(&L, raw, row_bytes, M, K, tile, group, base + 32 * L.lane_bytes);
 }
 
 } // namespace
 
 int dsp_cu_mm_slices(const dsp_cu_layout *L, int64_t M, int64_t K) {
-    /* enough warps in flight to stream a small matrix (about 16 per multiprocessor on a 132-SM
-     * GPU for a 4096-row matrix) without splitting k into slivers of less than two groups */
+    /* enough warps in flight to stream a small matrix without splitting k into slivers of less
+     * than two groups: each warp's chain of dependent load batches must stay short */
     const int64_t tiles = dsp_cu_n_tiles(M), groups = dsp_cu_n_groups(L, K);
     int64_t s = (4096 + tiles - 1) / tiles;
-    if (s > MAX_S) s = MAX_S;
+    const int max_s = (L->type == DSP_BF16 || L->type == DSP_F16 || L->type == DSP_F32) ? MAX_S : MAX_S / 2;
+    if (s > max_s) s = max_s;
     if (s > groups / 2) s = groups / 2;
     return s < 1 ? 1 : (int)s;
+}
+
+template <uint32_t T> cudaError_t mm_init_type() {
+    cudaError_t e = cudaSuccess;
+    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 1>(max_slices<T>()));
+    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 2>(max_slices<T>()));
+    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 4>(max_slices<T>()));
+    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 8>(max_slices<T>()));
+    return e;
+}
+
+/* the shared memory of the widest CTA (MAX_S warps, 64 tokens) exceeds the default 48 KB */
+cudaError_t dsp_cu_mm_init(void) {
+    cudaError_t e = mm_init_type<DSP_BF16>();
+    e = e ? e : mm_init_type<DSP_F16>();
+    e = e ? e : mm_init_type<DSP_F32>();
+    e = e ? e : mm_init_type<DSP_Q8_0>();
+    e = e ? e : mm_init_type<DSP_Q4_0>();
+    e = e ? e : mm_init_type<DSP_Q4_1>();
+    e = e ? e : mm_init_type<DSP_Q4_K>();
+    e = e ? e : mm_init_type<DSP_Q5_K>();
+    return e ? e : mm_init_type<DSP_Q6_K>();
 }
 
 cudaError_t dsp_cu_repack(const dsp_cu_mat *m, const uint8_t *raw, size_t row_bytes, cudaStream_t st) {

@@ -10,11 +10,12 @@
  * g+8, and 4 consecutive activations of its token. Its four A registers are
  *     a0 = (W[g][k0], W[g][k1])   a1 = (W[g+8][k0], W[g+8][k1])
  *     a2 = (W[g][k2], W[g][k3])   a3 = (W[g+8][k2], W[g+8][k3])     kj = 16*step + 4t + j
- * (first element in the low half). The packed layout stores exactly what each lane loads, so a
- * warp reads 32 consecutive 16-byte vectors:
+ * (first element in the low half). The packed layout stores exactly what each lane loads, so each
+ * of a warp's 16-byte loads reads 512 consecutive bytes:
  *
  *   matrix = n_tiles (ceil(M/16)) x n_groups (ceil(K/kg)) groups of group_bytes, tile-major;
- *   group  = 32 lane chunks of lane_bytes, then scale_bytes of per-row scales of the tile.
+ *   group  = 32 lane chunks of lane_bytes, interleaved by 16-byte vector: vector v of lane l at
+ *            16 (32 v + l) (dsp_cu_lane_at), then scale_bytes of per-row scales of the tile.
  *   Rows past M and columns past K are zero (they contribute nothing).
  *
  * Quantized types feed their integer codes to the tensor cores (exact in bf16: |q| < 128) and apply
@@ -89,6 +90,16 @@ DSP_HD bool dsp_cu_layout_of(uint32_t type, dsp_cu_layout *L) {
 }
 
 DSP_HD int64_t dsp_cu_group_bytes(const dsp_cu_layout *L) { return 32 * (int64_t)L->lane_bytes + L->scale_bytes; }
+/* offset in its group of byte `byte` of lane `lane`'s chunk (lane_bytes is a multiple of 16) */
+DSP_HD int dsp_cu_lane_at(int lane, int byte) { return 16 * (32 * (byte / 16) + lane) + byte % 16; }
+/* lane `lane`'s chunk between a contiguous buffer and its place in a group */
+DSP_HD void dsp_cu_put_lane(const dsp_cu_layout *L, uint8_t *group, int lane, const uint8_t *chunk) {
+    for (int i = 0; i < L->lane_bytes; i++) group[dsp_cu_lane_at(lane, i)] = chunk[i];
+}
+DSP_HD void dsp_cu_get_lane(const dsp_cu_layout *L, const uint8_t *group, int lane, uint8_t *chunk) {
+    for (int i = 0; i < L->lane_bytes; i++) chunk[i] = group[dsp_cu_lane_at(lane, i)];
+}
+#define DSP_CU_MAX_LANE_BYTES 96
 DSP_HD int64_t dsp_cu_n_tiles(int64_t M) { return (M + DSP_CU_TILE - 1) / DSP_CU_TILE; }
 DSP_HD int64_t dsp_cu_n_groups(const dsp_cu_layout *L, int64_t K) { return (K + L->kg - 1) / L->kg; }
 /* bytes of a packed M x K matrix (0 on overflow) */
@@ -291,7 +302,9 @@ DSP_HD float dsp_cu_packed_elem(const dsp_cu_layout *L, const uint8_t *packed, i
     const int kk = (int)(k % L->kg), s = kk / 16, q16 = kk % 16, t = q16 / 4, j = q16 % 4;
     const int reg = h + 2 * (j >> 1), e = j & 1;
     const uint8_t *base = packed + (tile * n_groups + group) * dsp_cu_group_bytes(L);
-    const uint8_t *lp = base + (4 * g + t) * L->lane_bytes, *sc = base + 32 * L->lane_bytes;
+    const uint8_t *sc = base + 32 * L->lane_bytes;
+    uint8_t lp[DSP_CU_MAX_LANE_BYTES]; /* the lane's chunk, gathered (embedding rows only: not hot) */
+    dsp_cu_get_lane(L, base, 4 * g + t, lp);
     switch (L->type) {
     case DSP_BF16: return dsp_cu_bf16(dsp_cu_ld16(lp + 4 * (4 * s + reg) + 2 * e));
     case DSP_F16: return dsp_cu_f16(dsp_cu_ld16(lp + 4 * (4 * s + reg) + 2 * e));
