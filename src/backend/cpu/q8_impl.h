@@ -80,13 +80,14 @@ AI lanes16 q8_lanes(__m256 v) {
 #endif
 }
 
-/* 8 f16 values at p, p + stride, ... (the block headers of the legacy types); hi: the upper
- * 16 bits of the 32 read at each (Q4_1's m after its d) */
+/* 8 f16 values at p, p + stride, ... (the block headers of the legacy types); hi: the one at +2
+ * (Q4_1's m after its d). Eight 16-bit loads through the stack, not vpgatherdd: on Zen 3 the
+ * gather (microcoded) and the chain behind it took most of a one-row Q8_0 step (perf); a
+ * vpinsrw chain measured slower than the store-to-load round trip too. */
 AI __m256 q8_f16x8(const uint8_t *p, int stride, int hi) {
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
-    __m256i g = _mm256_i32gather_epi32((const int *)p, idx, 1);
-    g = hi ? _mm256_srli_epi32(g, 16) : _mm256_and_si256(g, _mm256_set1_epi32(0xFFFF));
-    return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1)));
+    uint16_t h[8];
+    for (int b = 0; b < 8; b++) memcpy(&h[b], p + b * stride + 2 * hi, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
 /* Q4_K/Q5_K: D_w = d * sc_j, M_w = -(dmin * m_j) for the 8 sub-blocks of the super-block at p.
