@@ -15,7 +15,11 @@
  * once per step, transposed into the q8 rows' interleaved order, and used for every activation
  * row of the tile; per activation row, 4 vpdpbusd (or 8 on 256 bits) accumulate the 16 half-block
  * sums of ops.h in one register, seeded with the offset correction, then the 16 float lanes take
- * the step with one convert, one multiply (D_w * dx) and one or two FMAs. */
+ * the step with one convert, one multiply (D_w * dx) and one or two FMAs.
+ *
+ * One activation row (decode) on the AVX2 tables takes another route to the same sums: blocks are
+ * unpacked in their own order against the row's natural-order quants and the quad sums reduced
+ * in registers (q8_row, below); the float part is the same function (q8_fstep). */
 
 #if VW == 16
 typedef __m512i vi;
@@ -410,27 +414,31 @@ AI lanes16 q8_lanes_0145(__m256 v) {
     lanes16 r = {{_mm256_unpacklo_ps(v, v), _mm256_unpackhi_ps(v, v)}};
     return r;
 }
-AI __m256 q8_f16x8_0145(const uint8_t *p, int stride, int hi) {
+AI __m256 q8_f16x8_0145(const uint8_t *p, int stride, int hi, int nblk) {
     static const int ord[8] = {0, 1, 4, 5, 2, 3, 6, 7};
-    uint16_t h[8];
-    for (int k = 0; k < 8; k++) memcpy(&h[k], p + ord[k] * stride + 2 * hi, 2);
+    uint16_t h[8] = {0};
+    for (int k = 0; k < 8; k++)
+        if (ord[k] < nblk) memcpy(&h[k], p + ord[k] * stride + 2 * hi, 2);
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
 /* a step (8 blocks at p) in natural order: u[b] = block b's unsigned weight bytes (Q8_0: the
- * signed bytes themselves, see q8_row_step), scales as q8_unpack's */
-AI void q8_unpack_row(const uint32_t type, const uint8_t *p, __m256i *u, q8sc *s) {
+ * signed bytes themselves, see q8_row_step), scales as q8_unpack's. The legacy types' last step
+ * may have nblk < 8 blocks: the others are zero weights and scales, the padding of ops.h, read
+ * from nowhere (a zeroed copy of the tail cost a rep stos per row: 14% of SmolLM2's decode) */
+AI void q8_unpack_row(const uint32_t type, const uint8_t *p, int nblk, __m256i *u, q8sc *s) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     if (type == DSP_Q8_0) {
-        for (int b = 0; b < 8; b++) u[b] = _mm256_loadu_si256((const __m256i *)(p + 34 * b + 2));
-        s->D = q8_lanes_0145(q8_f16x8_0145(p, 34, 0));
+        for (int b = 0; b < 8; b++) u[b] = b < nblk ? _mm256_loadu_si256((const __m256i *)(p + 34 * b + 2)) : _mm256_setzero_si256();
+        s->D = q8_lanes_0145(q8_f16x8_0145(p, 34, 0, nblk));
     } else if (type == DSP_Q4_0 || type == DSP_Q4_1) { /* qs byte k: weight k (low nibble), k + 16 (high) */
         const int bs = type == DSP_Q4_1 ? 20 : 18, off = type == DSP_Q4_1 ? 4 : 2;
         const __m256i sh = _mm256_setr_epi64x(0, 0, 4, 4);
         for (int b = 0; b < 8; b++)
-            u[b] = _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + bs * b + off))), sh), m4);
-        s->D = q8_lanes_0145(q8_f16x8_0145(p, bs, 0));
-        if (type == DSP_Q4_1) s->M = q8_lanes_0145(q8_f16x8_0145(p, bs, 1));
+            u[b] = b < nblk ? _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + bs * b + off))), sh), m4)
+                            : _mm256_setzero_si256();
+        s->D = q8_lanes_0145(q8_f16x8_0145(p, bs, 0, nblk));
+        if (type == DSP_Q4_1) s->M = q8_lanes_0145(q8_f16x8_0145(p, bs, 1, nblk));
     } else if (type == DSP_Q4_K || type == DSP_Q5_K) { /* sub-blocks 2c, 2c + 1: low / high nibbles of qs[32c..] */
         const int q5 = type == DSP_Q5_K;
         const uint8_t *qs = p + (q5 ? 48 : 16);
@@ -468,10 +476,10 @@ AI void q8_unpack_row(const uint32_t type, const uint8_t *p, __m256i *u, q8sc *s
     }
 }
 
-AI lanes16 q8_row_step(const uint32_t type, const uint8_t *p, const uint8_t *xr, int64_t nbp, int64_t b0, lanes16 L) {
+AI lanes16 q8_row_step(const uint32_t type, const uint8_t *p, int nblk, const uint8_t *xr, int64_t nbp, int64_t b0, lanes16 L) {
     __m256i u[8], Q[8], acc[4];
     q8sc s;
-    q8_unpack_row(type, p, u, &s);
+    q8_unpack_row(type, p, nblk, u, &s);
     const int8_t *x = dsp_cpu_q8_qn(xr, nbp) + 32 * b0;
     for (int b = 0; b < 8; b++) {
         const __m256i X = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
@@ -499,13 +507,9 @@ AI void q8_row(const uint32_t type, const uint8_t *row, int64_t in, const uint8_
     for (; b0 + 8 <= nb; b0 += 8) {
         const uint8_t *p = row + b0 / 8 * SB;
         for (int64_t o = 0; o < SB; o += 64) _mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
-        L = q8_row_step(type, p, xr, nbp, b0, L);
+        L = q8_row_step(type, p, 8, xr, nbp, b0, L);
     }
-    if (b0 < nb) { /* as in q8_tile */
-        _Alignas(64) uint8_t tail[8 * 34] = {0};
-        memcpy(tail, row + b0 / 8 * SB, (size_t)row_bytes_of(type, 32 * (nb - b0)));
-        L = q8_row_step(type, tail, xr, nbp, b0, L);
-    }
+    if (b0 < nb) L = q8_row_step(type, row + b0 / 8 * SB, (int)(nb - b0), xr, nbp, b0, L); /* legacy types only */
     *y = q8_lanes_sum(L);
 }
 
