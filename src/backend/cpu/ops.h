@@ -78,16 +78,21 @@ typedef void (*dsp_cpu_matmul_fn)(uint32_t type, const void *w, size_t row_bytes
  *   int32_t nS[2 * nbp]    nS[2b + h] = -(sum of the quants of half h of the block)
  *   int32_t nSlo[2 * nbp]  the same over the block's lower 16 quants only
  *   int32_t nShi[2 * nbp]  and over its upper 16
+ *   int8_t  qn[32 * nbp]   the quants again, in natural order (element e of block b at 32 * b + e):
+ *                          the one-row path of the AVX2 tables meets weight blocks in their own
+ *                          order, where a transposition per weight step would cost more than the
+ *                          products (q8_impl.h)
  * (the sums seed each lane's integer accumulator with the weights' offset, e.g. Q4_0's -8 * S) */
 static inline int64_t dsp_cpu_q8_nbp(int64_t n) { return (n / 32 + 7) / 8 * 8; }
 static inline int64_t dsp_cpu_q8_index(int64_t b, int e) { return 256 * (b / 8) + 64 * (e / 8) + 8 * (b % 8) + e % 8; }
-static inline size_t dsp_cpu_q8_row_bytes(int64_t n) { return (size_t)(dsp_cpu_q8_nbp(n) * 72); }
+static inline size_t dsp_cpu_q8_row_bytes(int64_t n) { return (size_t)(dsp_cpu_q8_nbp(n) * 104); }
 static inline const int8_t *dsp_cpu_q8_q(const void *row) { return (const int8_t *)row; }
 static inline const float *dsp_cpu_q8_d(const void *row, int64_t nbp) { return (const float *)((const uint8_t *)row + 32 * nbp); }
 static inline const float *dsp_cpu_q8_s(const void *row, int64_t nbp) { return (const float *)((const uint8_t *)row + 40 * nbp); }
 static inline const int32_t *dsp_cpu_q8_nS(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 48 * nbp); }
 static inline const int32_t *dsp_cpu_q8_nSlo(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 56 * nbp); }
 static inline const int32_t *dsp_cpu_q8_nShi(const void *row, int64_t nbp) { return (const int32_t *)((const uint8_t *)row + 64 * nbp); }
+static inline const int8_t *dsp_cpu_q8_qn(const void *row, int64_t nbp) { return (const int8_t *)row + 72 * nbp; }
 /* the per-lane values of block b from its scale and quant sums ([lower / upper 16][half]); shared
  * by every quantize_q8 */
 static inline void dsp_cpu_q8_put_sums(int64_t b, float dx, const int32_t sum[2][2], float *d, float *s, int32_t *nS, int32_t *nSlo,

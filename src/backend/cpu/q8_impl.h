@@ -15,7 +15,11 @@
  * once per step, transposed into the q8 rows' interleaved order, and used for every activation
  * row of the tile; per activation row, 4 vpdpbusd (or 8 on 256 bits) accumulate the 16 half-block
  * sums of ops.h in one register, seeded with the offset correction, then the 16 float lanes take
- * the step with one convert, one multiply (D_w * dx) and one or two FMAs. */
+ * the step with one convert, one multiply (D_w * dx) and one or two FMAs.
+ *
+ * One activation row (decode) on the AVX2 tables takes another route to the same sums: blocks are
+ * unpacked in their own order against the row's natural-order quants and the quad sums reduced
+ * in registers (q8_row, below); the float part is the same function (q8_fstep). */
 
 #if VW == 16
 typedef __m512i vi;
@@ -64,9 +68,12 @@ static inline int q8_offset_shift(uint32_t type) {
 
 /* one unpacked step of a weight row, in the q8 rows' interleaved order: vector k (AVX-512) or
  * vectors 2k, 2k + 1 (AVX2: blocks 0-3, 4-7) hold weights 8k..8k+7 of each of the 8 blocks */
-typedef struct q8w {
-    vi W[NVI];       /* unsigned weight bytes u */
+typedef struct q8sc {
     lanes16 D, Dh, M; /* per lane: scale D_w (Q6_K: of the lower 16; Dh: of the upper 16), min M_w */
+} q8sc;
+typedef struct q8w {
+    vi W[NVI]; /* unsigned weight bytes u */
+    q8sc s;
 } q8w;
 
 /* 8 per-block values -> 16 lanes (each twice) */
@@ -80,13 +87,14 @@ AI lanes16 q8_lanes(__m256 v) {
 #endif
 }
 
-/* 8 f16 values at p, p + stride, ... (the block headers of the legacy types); hi: the upper
- * 16 bits of the 32 read at each (Q4_1's m after its d) */
+/* 8 f16 values at p, p + stride, ... (the block headers of the legacy types); hi: the one at +2
+ * (Q4_1's m after its d). Eight 16-bit loads through the stack, not vpgatherdd: on Zen 3 the
+ * gather (microcoded) and the chain behind it took most of a one-row Q8_0 step (perf); a
+ * vpinsrw chain measured slower than the store-to-load round trip too. */
 AI __m256 q8_f16x8(const uint8_t *p, int stride, int hi) {
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
-    __m256i g = _mm256_i32gather_epi32((const int *)p, idx, 1);
-    g = hi ? _mm256_srli_epi32(g, 16) : _mm256_and_si256(g, _mm256_set1_epi32(0xFFFF));
-    return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1)));
+    uint16_t h[8];
+    for (int b = 0; b < 8; b++) memcpy(&h[b], p + b * stride + 2 * hi, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
 /* Q4_K/Q5_K: D_w = d * sc_j, M_w = -(dmin * m_j) for the 8 sub-blocks of the super-block at p.
@@ -159,7 +167,7 @@ AI void q8_unpack(const uint32_t type, const uint8_t *p, q8w *w) {
         _Pragma("GCC unroll 8")
         for (int k = 0; k < NVI; k++) w->W[k] = VI_XOR(w->W[k], VI_SET1_8((char)0x80));
 #endif
-        w->D = q8_lanes(q8_f16x8(p, 34, 0));
+        w->s.D = q8_lanes(q8_f16x8(p, 34, 0));
     } else if (type == DSP_Q4_0 || type == DSP_Q4_1) {
         /* qs qword A (bytes 0-7): weights 0-7 (low nibbles), 16-23 (high); B: 8-15, 24-31 */
         const int bs = type == DSP_Q4_1 ? 20 : 18, off = type == DSP_Q4_1 ? 4 : 2;
@@ -182,8 +190,8 @@ AI void q8_unpack(const uint32_t type, const uint8_t *p, q8w *w) {
         }
 #endif
 #undef QS
-        w->D = q8_lanes(q8_f16x8(p, bs, 0));
-        if (type == DSP_Q4_1) w->M = q8_lanes(q8_f16x8(p, bs, 1));
+        w->s.D = q8_lanes(q8_f16x8(p, bs, 0));
+        if (type == DSP_Q4_1) w->s.M = q8_lanes(q8_f16x8(p, bs, 1));
     } else if (type == DSP_Q4_K || type == DSP_Q5_K) {
         /* sub-blocks 2h, 2h + 1 are the low / high nibbles of chunk h (qs[32h..]): their weights
          * 8k.. are qword k of the chunk, twice */
@@ -217,7 +225,7 @@ AI void q8_unpack(const uint32_t type, const uint8_t *p, q8w *w) {
 #endif
         __m256 D, M;
         q8_k4_scales(p, &D, &M);
-        w->D = q8_lanes(D), w->M = q8_lanes(M);
+        w->s.D = q8_lanes(D), w->s.M = q8_lanes(M);
     } else { /* Q6_K: block j = 4h + c, weights 8k..: nibble c / 2 of ql qword 8h + 4(c % 2) + k, bits 2c of qh qword 4h + k */
         const vi m2 = VI_SET1_8(3);
 #if VW == 16
@@ -245,7 +253,7 @@ AI void q8_unpack(const uint32_t type, const uint8_t *p, q8w *w) {
 #endif
         __m256 D, Dh;
         q8_k6_scales(p, &D, &Dh);
-        w->D = q8_lanes(D), w->Dh = q8_lanes(Dh);
+        w->s.D = q8_lanes(D), w->s.Dh = q8_lanes(Dh);
     }
 }
 
@@ -281,9 +289,9 @@ AI lanes16 q8_step(const uint32_t type, const q8w *w, const uint8_t *xr, int64_t
         acc[0] = sh >= 0 ? _mm512_sll_epi32(_mm512_loadu_si512((const void *)(dsp_cpu_q8_nS(xr, nbp) + 2 * b0)), _mm_cvtsi32_si128(sh)) : _mm512_setzero_si512();
     }
     q8_sums(type, w, dsp_cpu_q8_q(xr) + 32 * b0, acc);
-    L = _mm512_fmadd_ps(_mm512_mul_ps(w->D, dx), _mm512_cvtepi32_ps(acc[0]), L);
-    if (type == DSP_Q6_K) L = _mm512_fmadd_ps(_mm512_mul_ps(w->Dh, dx), _mm512_cvtepi32_ps(acc[1]), L);
-    if (dsp_cpu_q8_has_min(type)) L = _mm512_fmadd_ps(w->M, _mm512_loadu_ps(dsp_cpu_q8_s(xr, nbp) + 2 * b0), L);
+    L = _mm512_fmadd_ps(_mm512_mul_ps(w->s.D, dx), _mm512_cvtepi32_ps(acc[0]), L);
+    if (type == DSP_Q6_K) L = _mm512_fmadd_ps(_mm512_mul_ps(w->s.Dh, dx), _mm512_cvtepi32_ps(acc[1]), L);
+    if (dsp_cpu_q8_has_min(type)) L = _mm512_fmadd_ps(w->s.M, _mm512_loadu_ps(dsp_cpu_q8_s(xr, nbp) + 2 * b0), L);
     return L;
 }
 AI float q8_lanes_sum(lanes16 L) { return hsum8(_mm256_add_ps(_mm512_castps512_ps256(L), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(L), 1)))); }
@@ -305,9 +313,10 @@ AI void q8_sums(const uint32_t type, const q8w *w, const int8_t *x, __m256i *acc
         }
 }
 
-AI lanes16 q8_step(const uint32_t type, const q8w *w, const uint8_t *xr, int64_t nbp, int64_t b0, lanes16 L) {
+/* the integer accumulators of a step (acc[2 * part + h] as above), seeded with the weights'
+ * offset correction */
+AI void q8_seed(const uint32_t type, const uint8_t *xr, int64_t nbp, int64_t b0, __m256i *acc) {
     const int sh = q8_offset_shift(type);
-    __m256i acc[4];
     for (int h = 0; h < 2; h++) {
         if (type == DSP_Q6_K) {
             acc[h] = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(dsp_cpu_q8_nSlo(xr, nbp) + 2 * b0 + 8 * h)), 5);
@@ -317,14 +326,25 @@ AI lanes16 q8_step(const uint32_t type, const q8w *w, const uint8_t *xr, int64_t
                              : _mm256_setzero_si256();
         }
     }
-    q8_sums(type, w, dsp_cpu_q8_q(xr) + 32 * b0, acc);
+}
+
+/* the float part of a step, from its exact block sums acc: the ops.h order, shared by the tile and
+ * the one-row paths so that both give the same bits */
+AI lanes16 q8_fstep(const uint32_t type, const q8sc *s, const __m256i *acc, const uint8_t *xr, int64_t nbp, int64_t b0, lanes16 L) {
     for (int h = 0; h < 2; h++) {
         const __m256 dx = _mm256_loadu_ps(dsp_cpu_q8_d(xr, nbp) + 2 * b0 + 8 * h);
-        L.v[h] = _mm256_fmadd_ps(_mm256_mul_ps(w->D.v[h], dx), _mm256_cvtepi32_ps(acc[h]), L.v[h]);
-        if (type == DSP_Q6_K) L.v[h] = _mm256_fmadd_ps(_mm256_mul_ps(w->Dh.v[h], dx), _mm256_cvtepi32_ps(acc[2 + h]), L.v[h]);
-        if (dsp_cpu_q8_has_min(type)) L.v[h] = _mm256_fmadd_ps(w->M.v[h], _mm256_loadu_ps(dsp_cpu_q8_s(xr, nbp) + 2 * b0 + 8 * h), L.v[h]);
+        L.v[h] = _mm256_fmadd_ps(_mm256_mul_ps(s->D.v[h], dx), _mm256_cvtepi32_ps(acc[h]), L.v[h]);
+        if (type == DSP_Q6_K) L.v[h] = _mm256_fmadd_ps(_mm256_mul_ps(s->Dh.v[h], dx), _mm256_cvtepi32_ps(acc[2 + h]), L.v[h]);
+        if (dsp_cpu_q8_has_min(type)) L.v[h] = _mm256_fmadd_ps(s->M.v[h], _mm256_loadu_ps(dsp_cpu_q8_s(xr, nbp) + 2 * b0 + 8 * h), L.v[h]);
     }
     return L;
+}
+
+AI lanes16 q8_step(const uint32_t type, const q8w *w, const uint8_t *xr, int64_t nbp, int64_t b0, lanes16 L) {
+    __m256i acc[4];
+    q8_seed(type, xr, nbp, b0, acc);
+    q8_sums(type, w, dsp_cpu_q8_q(xr) + 32 * b0, acc);
+    return q8_fstep(type, &w->s, acc, xr, nbp, b0, L);
 }
 AI float q8_lanes_sum(lanes16 L) { return hsum8(_mm256_add_ps(L.v[0], L.v[1])); }
 AI lanes16 q8_lanes_zero(void) {
@@ -366,6 +386,156 @@ AI void q8_tile(const uint32_t type, const int XR, const uint8_t *row, int64_t i
     for (int i = 0; i < XR; i++) y[i * ldy] = q8_lanes_sum(L[i]);
 }
 
+#if VW == 8
+/* ---- one activation row, weights in their own order (AVX2) -----------------------------------
+ * For one activation row the transposition of q8_unpack is pure overhead: each weight byte is
+ * used once. Here each 32-weight block is unpacked into one vector u in its own order (byte e =
+ * weight e) and meets the row's natural-order quants qn; the quad sums Q[j] = sum over bytes
+ * 4j..4j+3 of u * xq (vpmaddubsw + vpmaddwd, or vpdpbusd) reduce to the half sums of ops.h,
+ * P[h] = Q[h] + Q[h + 2] + Q[h + 4] + Q[h + 6] (Q6_K: P_lo[h] = Q[h] + Q[h + 2], P_hi from Q[4..7]),
+ * in the tile path's accumulator layout. The integers are exact, and the float part is q8_fstep
+ * itself, so a row gives the same bits here as in any tile. */
+
+/* quad sums of unsigned u times signed x */
+AI __m256i q8_quads(__m256i u, __m256i x) {
+#if defined(DSP_Q8_VNNI)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, x);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+#endif
+}
+
+/* blocks a, b: [a: Q0+Q2, Q1+Q3, b: Q0+Q2, Q1+Q3 | a: Q4+Q6, Q5+Q7, b: Q4+Q6, Q5+Q7] */
+AI __m256i q8_pair(__m256i a, __m256i b) { return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b)); }
+
+/* lane order [0 1 4 5 2 3 6 7] of 8 per-block floats -> lanes16 (block b at lanes 2b, 2b + 1)
+ * with in-lane unpacks (the legacy scales are loaded in that order) */
+AI lanes16 q8_lanes_0145(__m256 v) {
+    lanes16 r = {{_mm256_unpacklo_ps(v, v), _mm256_unpackhi_ps(v, v)}};
+    return r;
+}
+AI __m256 q8_f16x8_0145(const uint8_t *p, int stride, int hi, int nblk) {
+    static const int ord[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+    uint16_t h[8] = {0};
+    for (int k = 0; k < 8; k++)
+        if (ord[k] < nblk) memcpy(&h[k], p + ord[k] * stride + 2 * hi, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* a step (8 blocks at p) in natural order: u[b] = block b's unsigned weight bytes (Q8_0: the
+ * signed bytes themselves, see q8_row_step), scales as q8_unpack's. The legacy types' last step
+ * may have nblk < 8 blocks: the others are zero weights and scales, the padding of ops.h, read
+ * from nowhere (a zeroed copy of the tail cost a rep stos per row: 14% of SmolLM2's decode) */
+AI void q8_unpack_row(const uint32_t type, const uint8_t *p, int nblk, __m256i *u, q8sc *s) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (type == DSP_Q8_0) {
+        for (int b = 0; b < 8; b++) u[b] = b < nblk ? _mm256_loadu_si256((const __m256i *)(p + 34 * b + 2)) : _mm256_setzero_si256();
+        s->D = q8_lanes_0145(q8_f16x8_0145(p, 34, 0, nblk));
+    } else if (type == DSP_Q4_0 || type == DSP_Q4_1) { /* qs byte k: weight k (low nibble), k + 16 (high) */
+        const int bs = type == DSP_Q4_1 ? 20 : 18, off = type == DSP_Q4_1 ? 4 : 2;
+        const __m256i sh = _mm256_setr_epi64x(0, 0, 4, 4);
+        for (int b = 0; b < 8; b++)
+            u[b] = b < nblk ? _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + bs * b + off))), sh), m4)
+                            : _mm256_setzero_si256();
+        s->D = q8_lanes_0145(q8_f16x8_0145(p, bs, 0, nblk));
+        if (type == DSP_Q4_1) s->M = q8_lanes_0145(q8_f16x8_0145(p, bs, 1, nblk));
+    } else if (type == DSP_Q4_K || type == DSP_Q5_K) { /* sub-blocks 2c, 2c + 1: low / high nibbles of qs[32c..] */
+        const int q5 = type == DSP_Q5_K;
+        const uint8_t *qs = p + (q5 ? 48 : 16);
+        for (int c = 0; c < 4; c++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            u[2 * c] = _mm256_and_si256(v, m4), u[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        if (q5) { /* bit j of qh[e] -> bit 4 of weight e of sub-block j (16-bit shifts by at most 4 stay in the byte) */
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16)), b4 = _mm256_set1_epi8(0x10);
+            u[0] = _mm256_or_si256(u[0], _mm256_and_si256(_mm256_slli_epi16(qh, 4), b4));
+            u[1] = _mm256_or_si256(u[1], _mm256_and_si256(_mm256_slli_epi16(qh, 3), b4));
+            u[2] = _mm256_or_si256(u[2], _mm256_and_si256(_mm256_slli_epi16(qh, 2), b4));
+            u[3] = _mm256_or_si256(u[3], _mm256_and_si256(_mm256_slli_epi16(qh, 1), b4));
+            u[4] = _mm256_or_si256(u[4], _mm256_and_si256(qh, b4));
+            u[5] = _mm256_or_si256(u[5], _mm256_and_si256(_mm256_srli_epi16(qh, 1), b4));
+            u[6] = _mm256_or_si256(u[6], _mm256_and_si256(_mm256_srli_epi16(qh, 2), b4));
+            u[7] = _mm256_or_si256(u[7], _mm256_and_si256(_mm256_srli_epi16(qh, 3), b4));
+        }
+        __m256 D, M;
+        q8_k4_scales(p, &D, &M);
+        s->D = q8_lanes(D), s->M = q8_lanes(M);
+    } else { /* Q6_K: block 4h + c: nibble c / 2 of ql[64h + 32(c % 2)..], bits 2c of qh[32h..] at bit 4 */
+        const __m256i m2 = _mm256_set1_epi8(0x30);
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(p + 64 * h)), l1 = _mm256_loadu_si256((const __m256i *)(p + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+            u[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
+            u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
+            u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m2));
+            u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+        }
+        __m256 D, Dh;
+        q8_k6_scales(p, &D, &Dh);
+        s->D = q8_lanes(D), s->Dh = q8_lanes(Dh);
+    }
+}
+
+AI lanes16 q8_row_step(const uint32_t type, const uint8_t *p, int nblk, const uint8_t *xr, int64_t nbp, int64_t b0, lanes16 L) {
+    __m256i u[8], Q[8], acc[4];
+    q8sc s;
+    q8_unpack_row(type, p, nblk, u, &s);
+    const int8_t *x = dsp_cpu_q8_qn(xr, nbp) + 32 * b0;
+    for (int b = 0; b < 8; b++) {
+        const __m256i X = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
+        /* Q8_0: |q| times xq with q's sign (|q| <= 128 cannot saturate vpmaddubsw) */
+        Q[b] = type == DSP_Q8_0 ? q8_quads(_mm256_abs_epi8(u[b]), _mm256_sign_epi8(X, u[b])) : q8_quads(u[b], X);
+    }
+    q8_seed(type, xr, nbp, b0, acc);
+    for (int h = 0; h < 2; h++) { /* blocks 4h..4h+3 */
+        const __m256i s01 = q8_pair(Q[4 * h], Q[4 * h + 1]), s23 = q8_pair(Q[4 * h + 2], Q[4 * h + 3]);
+        if (type == DSP_Q6_K) {
+            acc[h] = _mm256_add_epi32(acc[h], _mm256_permute2x128_si256(s01, s23, 0x20));
+            acc[2 + h] = _mm256_add_epi32(acc[2 + h], _mm256_permute2x128_si256(s01, s23, 0x31));
+        } else { /* [s01.lo + s01.hi | s23.hi + s23.lo] */
+            acc[h] = _mm256_add_epi32(acc[h], _mm256_add_epi32(_mm256_blend_epi32(s01, s23, 0xF0), _mm256_permute2x128_si256(s01, s23, 0x21)));
+        }
+    }
+    return q8_fstep(type, &s, acc, xr, nbp, b0, L);
+}
+
+/* *y = q8 dot of the weight row at `row` with the q8 row xr */
+AI void q8_row(const uint32_t type, const uint8_t *row, int64_t in, const uint8_t *xr, float *y, int64_t pf) {
+    const int64_t nb = in / 32, nbp = dsp_cpu_q8_nbp(in), SB = row_bytes_of(type, 256);
+    lanes16 L = q8_lanes_zero();
+    int64_t b0 = 0;
+    for (; b0 + 8 <= nb; b0 += 8) {
+        const uint8_t *p = row + b0 / 8 * SB;
+        for (int64_t o = 0; o < SB; o += 64) _mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
+        L = q8_row_step(type, p, 8, xr, nbp, b0, L);
+    }
+    if (b0 < nb) L = q8_row_step(type, row + b0 / 8 * SB, (int)(nb - b0), xr, nbp, b0, L); /* legacy types only */
+    *y = q8_lanes_sum(L);
+}
+
+#define Q8R(T) \
+    static void q8row_##T(const uint8_t *row, int64_t in, const uint8_t *xr, float *y, int64_t pf) { q8_row(T, row, in, xr, y, pf); }
+Q8R(DSP_Q8_0)
+Q8R(DSP_Q4_0)
+Q8R(DSP_Q4_1)
+Q8R(DSP_Q4_K)
+Q8R(DSP_Q5_K)
+Q8R(DSP_Q6_K)
+
+typedef void (*q8row_fn)(const uint8_t *, int64_t, const uint8_t *, float *, int64_t);
+static q8row_fn q8row_for(uint32_t type) {
+    switch (type) {
+    case DSP_Q8_0: return q8row_DSP_Q8_0;
+    case DSP_Q4_0: return q8row_DSP_Q4_0;
+    case DSP_Q4_1: return q8row_DSP_Q4_1;
+    case DSP_Q4_K: return q8row_DSP_Q4_K;
+    case DSP_Q5_K: return q8row_DSP_Q5_K;
+    case DSP_Q6_K: return q8row_DSP_Q6_K;
+    default: return NULL;
+    }
+}
+#endif
+
 #define Q8C(T, xr) \
     case xr: q8_tile(T, xr, row, in, xq, ldq, y, ldy, pf); break;
 #define Q8T(T)                                                                                                                 \
@@ -402,6 +572,14 @@ static void k_matmul_q8(uint32_t type, const void *w, size_t row_bytes, int64_t 
                         int n_x, float *y, int64_t ldy) {
     const q8tile_fn ft = q8_for(type);
     if (!ft) return; /* the caller checked dsp_cpu_q8_type */
+#if VW == 8
+    if (n_x == 1) {
+        const q8row_fn fr = q8row_for(type);
+        for (int64_t r = r0; r < r1; r++)
+            fr((const uint8_t *)w + (size_t)r * row_bytes, in, xq, y + r, (int64_t)row_bytes * PF_ROWS);
+        return;
+    }
+#endif
     const int nt = (n_x + Q8_MAXX - 1) / Q8_MAXX, tx = nt ? (n_x + nt - 1) / nt : 1;
     for (int64_t c0 = r0; c0 < r1; c0 += DSP_CPU_MM_ROWS) {
         const int64_t c1 = c0 + DSP_CPU_MM_ROWS < r1 ? c0 + DSP_CPU_MM_ROWS : r1;
@@ -439,6 +617,7 @@ static void k_quantize_q8(const float *x, int64_t n, void *dst) {
         int32_t sum[2][2] = {{0, 0}, {0, 0}};
         for (int k = 0; k < 32; k++) sum[k / 16][(k / 4) % 2] += qb[k];
         for (int k = 0; k < 4; k++) memcpy(q + dsp_cpu_q8_index(b, 8 * k), qb + 8 * k, 8);
+        memcpy(q + 72 * nbp + 32 * b, qb, 32); /* qn */
         dsp_cpu_q8_put_sums(b, db, sum, d, s, nS, nSlo, nShi);
     }
 }

@@ -112,6 +112,7 @@ void dsp_cpu_quantize_q8(const float *x, int64_t n, void *dst) {
                 v = (int)nearbyintf(fminf(fmaxf(x[32 * b + k] * id, -127.0f), 127.0f));
             }
             q[dsp_cpu_q8_index(b, k)] = (int8_t)v;
+            q[72 * nbp + 32 * b + k] = (int8_t)v; /* qn */
             sum[k / 16][(k / 4) % 2] += v;
         }
         dsp_cpu_q8_put_sums(b, db, sum, d, s, nS, nSlo, nShi);
