@@ -87,14 +87,20 @@ AI lanes16 q8_lanes(__m256 v) {
 #endif
 }
 
-/* 8 f16 values at p, p + stride, ... (the block headers of the legacy types); hi: the one at +2
+/* 8 f16 values at p + ord[k] * stride (the block headers of the legacy types; blocks from nblk on
+ * read as 0), q8_f16x8 in block order; hi: the one at +2
  * (Q4_1's m after its d). Eight 16-bit loads through the stack, not vpgatherdd: on Zen 3 the
  * gather (microcoded) and the chain behind it took most of a one-row Q8_0 step (perf); a
  * vpinsrw chain measured slower than the store-to-load round trip too. */
-AI __m256 q8_f16x8(const uint8_t *p, int stride, int hi) {
-    uint16_t h[8];
-    for (int b = 0; b < 8; b++) memcpy(&h[b], p + b * stride + 2 * hi, 2);
+AI __m256 q8_f16x8_at(const uint8_t *p, int stride, int hi, const int ord[8], int nblk) {
+    uint16_t h[8] = {0};
+    for (int k = 0; k < 8; k++)
+        if (ord[k] < nblk) memcpy(&h[k], p + ord[k] * stride + 2 * hi, 2);
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+AI __m256 q8_f16x8(const uint8_t *p, int stride, int hi) {
+    static const int in_order[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    return q8_f16x8_at(p, stride, hi, in_order, 8);
 }
 
 /* Q4_K/Q5_K: D_w = d * sc_j, M_w = -(dmin * m_j) for the 8 sub-blocks of the super-block at p.
@@ -414,13 +420,7 @@ AI lanes16 q8_lanes_0145(__m256 v) {
     lanes16 r = {{_mm256_unpacklo_ps(v, v), _mm256_unpackhi_ps(v, v)}};
     return r;
 }
-AI __m256 q8_f16x8_0145(const uint8_t *p, int stride, int hi, int nblk) {
-    static const int ord[8] = {0, 1, 4, 5, 2, 3, 6, 7};
-    uint16_t h[8] = {0};
-    for (int k = 0; k < 8; k++)
-        if (ord[k] < nblk) memcpy(&h[k], p + ord[k] * stride + 2 * hi, 2);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
-}
+static const int q8_ord_0145[8] = {0, 1, 4, 5, 2, 3, 6, 7};
 
 /* a step (8 blocks at p) in natural order: u[b] = block b's unsigned weight bytes (Q8_0: the
  * signed bytes themselves, see q8_row_step), scales as q8_unpack's. The legacy types' last step
@@ -430,15 +430,15 @@ AI void q8_unpack_row(const uint32_t type, const uint8_t *p, int nblk, __m256i *
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     if (type == DSP_Q8_0) {
         for (int b = 0; b < 8; b++) u[b] = b < nblk ? _mm256_loadu_si256((const __m256i *)(p + 34 * b + 2)) : _mm256_setzero_si256();
-        s->D = q8_lanes_0145(q8_f16x8_0145(p, 34, 0, nblk));
+        s->D = q8_lanes_0145(q8_f16x8_at(p, 34, 0, q8_ord_0145, nblk));
     } else if (type == DSP_Q4_0 || type == DSP_Q4_1) { /* qs byte k: weight k (low nibble), k + 16 (high) */
         const int bs = type == DSP_Q4_1 ? 20 : 18, off = type == DSP_Q4_1 ? 4 : 2;
         const __m256i sh = _mm256_setr_epi64x(0, 0, 4, 4);
         for (int b = 0; b < 8; b++)
             u[b] = b < nblk ? _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + bs * b + off))), sh), m4)
                             : _mm256_setzero_si256();
-        s->D = q8_lanes_0145(q8_f16x8_0145(p, bs, 0, nblk));
-        if (type == DSP_Q4_1) s->M = q8_lanes_0145(q8_f16x8_0145(p, bs, 1, nblk));
+        s->D = q8_lanes_0145(q8_f16x8_at(p, bs, 0, q8_ord_0145, nblk));
+        if (type == DSP_Q4_1) s->M = q8_lanes_0145(q8_f16x8_at(p, bs, 1, q8_ord_0145, nblk));
     } else if (type == DSP_Q4_K || type == DSP_Q5_K) { /* sub-blocks 2c, 2c + 1: low / high nibbles of qs[32c..] */
         const int q5 = type == DSP_Q5_K;
         const uint8_t *qs = p + (q5 ? 48 : 16);

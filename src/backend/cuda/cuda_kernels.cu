@@ -70,11 +70,11 @@ __global__ void embed_kernel(float *x, dsp_cu_layout L, const uint8_t *w, int64_
  * row is one CTA, and its latency, not the bandwidth, is what that CTA costs. */
 constexpr int ROW_THREADS = 512;
 
+__device__ __forceinline__ float rms_scale(float ss, int64_t dim, float eps) { return 1.0f / sqrtf(ss / (float)dim + eps); }
 __device__ __forceinline__ float row_rsqrt(const float *x, int64_t dim, float eps, float *sh) {
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
-    ss = block_sum(ss, sh);
-    return 1.0f / sqrtf(ss / (float)dim + eps);
+    return rms_scale(block_sum(ss, sh), dim, eps);
 }
 
 __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps,
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(ROW_THREADS) prep_kernel(dsp_cu_prep a) {
     }
     /* 2: the element-wise ops, each thread on the elements it staged */
     if (a.flags & (DSP_CU_PREP_NORM | DSP_CU_PREP_SWIGLU)) {
-        const float rs = norm ? 1.0f / sqrtf(ss / (float)K + a.eps) : 0.0f;
+        const float rs = norm ? rms_scale(ss, K, a.eps) : 0.0f;
         for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
             float v = S[i];
             if (norm) v = a.w ? a.w[i] * (v * rs) : v * rs;

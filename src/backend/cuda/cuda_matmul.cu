@@ -329,7 +329,7 @@ int dsp_cu_mm_slices(const dsp_cu_layout *L, int64_t M, int64_t K) {
      * than two groups: each warp's chain of dependent load batches must stay short */
     const int64_t tiles = dsp_cu_n_tiles(M), groups = dsp_cu_n_groups(L, K);
     int64_t s = (4096 + tiles - 1) / tiles;
-    const int max_s = (L->type == DSP_BF16 || L->type == DSP_F16 || L->type == DSP_F32) ? MAX_S : MAX_S / 2;
+    const int max_s = dsp_cu_block_steps(L->type) ? MAX_S / 2 : MAX_S; /* as max_slices */
     if (s > max_s) s = max_s;
     if (s > groups / 2) s = groups / 2;
     return s < 1 ? 1 : (int)s;
