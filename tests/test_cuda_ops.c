@@ -544,6 +544,62 @@ static void test_logits(void) {
     g_gpu->ops->buf_destroy(g_gpu, lg);
 }
 
+/* the drafter's Markov chain on the device (markov_greedy) equals spec/block.c's host loop: the
+ * bias W2 . W1[prev] by the GPU's matmul for the slot's rows together, added on the host, argmax;
+ * three requests of 4, 0 and 7 slots whose logit rows are not in request order */
+static void test_markov_greedy(void) {
+    const int V = 3001, r = 64, R = 3, rows = 16;
+    const int n[3] = {4, 0, 7}, row0[3] = {9, 0, 1};
+    const int32_t anchor[3] = {5, 17, 2999};
+    tbuf w2;
+    tensor_init(&w2, "mk_w2", DSP_BF16, r, V);
+    dsp_bweight *bw2;
+    CHECK(g_gpu->ops->weight_create(g_gpu, &w2.t, &bw2) == DSP_OK);
+    float *w1 = xalloc(sizeof(float) * (size_t)V * r), *z = xalloc(sizeof(float) * (size_t)rows * V);
+    for (int i = 0; i < V * r; i++) w1[i] = frnd();
+    for (int i = 0; i < rows * V; i++) z[i] = frnd() * 4.0f;
+    dsp_buf *lg, *bw1, *e, *y;
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)rows * V, &lg) == DSP_OK);
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)V * r, &bw1) == DSP_OK);
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)R * r, &e) == DSP_OK);
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)R * V, &y) == DSP_OK);
+    g_gpu->ops->buf_write(g_gpu, lg, 0, z, (size_t)rows * V);
+    g_gpu->ops->buf_write(g_gpu, bw1, 0, w1, (size_t)V * r);
+    int32_t out[11];
+    CHECK_MSG(g_gpu->ops->markov_greedy(g_gpu, lg, V, bw1, r, bw2, e, y, R, row0, n, anchor, out) == DSP_OK, "%s", dsp_last_error());
+    /* the reference, slot by slot as block.c's host loop */
+    int32_t ref[11], prev[3];
+    for (int j = 0; j < R; j++) prev[j] = anchor[j];
+    pbuf pe = pb((size_t)R * r), py = pb((size_t)R * V);
+    float *he = xalloc(sizeof(float) * (size_t)R * r);
+    int mismatch = 0, o[3] = {0, 4, 4};
+    for (int k = 0; k < 7; k++) {
+        int m = 0, idx[3];
+        for (int j = 0; j < R; j++)
+            if (k < n[j]) memcpy(he + (size_t)m * r, w1 + (size_t)prev[j] * r, sizeof(float) * r), idx[m++] = j;
+        float *b = gpu_mm(bw2, V, r, he, 0, m, &pe, &py);
+        for (int i = 0; i < m; i++) {
+            const int j = idx[i];
+            float *row = z + (size_t)(row0[j] + k) * V;
+            int best = 0;
+            for (int c = 0; c < V; c++) row[c] += b[(size_t)i * V + c];
+            for (int c = 1; c < V; c++)
+                if (row[c] > row[best]) best = c;
+            ref[o[j] + k] = prev[j] = best;
+        }
+        free(b);
+    }
+    for (int i = 0; i < 11; i++) mismatch += out[i] != ref[i];
+    CHECK_MSG(mismatch == 0, "%d of 11 chain tokens differ from the host loop", mismatch);
+    float *after = rd(g_gpu, lg, (size_t)rows * V);
+    CHECK_MSG(!memcmp(after, z, sizeof(float) * (size_t)rows * V), "the biased logit rows differ from the host loop's");
+    free(after), free(he), free(w1), free(z), free(w2.data);
+    pb_free(&pe), pb_free(&py);
+    g_gpu->ops->buf_destroy(g_gpu, lg), g_gpu->ops->buf_destroy(g_gpu, bw1), g_gpu->ops->buf_destroy(g_gpu, e);
+    g_gpu->ops->buf_destroy(g_gpu, y);
+    g_gpu->ops->weight_destroy(g_gpu, bw2);
+}
+
 /* ---- graphs: a replayed forward equals the direct launches ------------------------------ */
 
 static void test_graph_replay(void) {
@@ -639,6 +695,7 @@ int main(void) {
     DSP_RUN(test_attention);
     DSP_RUN(test_rope_kv_fusion);
     DSP_RUN(test_logits);
+    DSP_RUN(test_markov_greedy);
     DSP_RUN(test_graph_replay);
     DSP_RUN(test_bad_input);
     free(g_empty.blocks);

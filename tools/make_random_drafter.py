@@ -41,6 +41,9 @@ SHAPES = {
     "qwen3-4b": dict(H=2560, L=36, heads=32, kv=8, hd=128, ffn=9728, V=151936, r=256, mask=151669),
     "qwen3-4b-half": dict(H=1280, L=36, heads=16, kv=4, hd=128, ffn=4864, V=75968, r=128, mask=75967),
     "tiny": dict(H=64, L=6, heads=4, kv=2, hd=32, ffn=128, V=1024, r=32, mask=1023),
+    # the default model's shape (SmolLM2-135M: a Llama, here as a Qwen3 of its sizes) with the drafter
+    # scripts/train-default-drafter trains: 3 layers, 4 taps, Markov rank 64
+    "smollm2": dict(H=576, L=30, heads=9, kv=3, hd=64, ffn=1536, V=49152, r=64, mask=16, dl=3, taps=[1, 10, 18, 27]),
 }
 DRAFT_LAYERS, BLOCK, TAPS_4B = 5, 7, [1, 9, 17, 25, 33]
 
@@ -123,14 +126,15 @@ def main(argv: list[str] | None = None) -> int:
                    {"tokenizer_class": "Qwen2Tokenizer", "add_bos_token": False, "eos_token": "<|im_end|>", "bos_token": None})
     # the drafter (DeepSpec layout; DRAFTERS.md §2.4-2.5)
     r, H = s["r"], s["H"]
-    dcfg = dict(base_config(s), architectures=["Qwen3DSparkModel"], num_hidden_layers=DRAFT_LAYERS, num_target_layers=s["L"],
-                block_size=BLOCK, tie_word_embeddings=False, layer_types=["full_attention"] * DRAFT_LAYERS, mask_token_id=s["mask"],
-                target_layer_ids=taps(s["L"]), num_anchors=512, enable_confidence_head=True, confidence_head_with_markov=True,
+    dl, tl = s.get("dl", DRAFT_LAYERS), s.get("taps", taps(s["L"]))
+    dcfg = dict(base_config(s), architectures=["Qwen3DSparkModel"], num_hidden_layers=dl, num_target_layers=s["L"],
+                block_size=BLOCK, tie_word_embeddings=False, layer_types=["full_attention"] * dl, mask_token_id=s["mask"],
+                target_layer_ids=tl, num_anchors=512, enable_confidence_head=True, confidence_head_with_markov=True,
                 markov_rank=r, markov_head_type="vanilla", rope_parameters={"rope_theta": 1000000.0, "rope_type": "default"})
     mth.write_json(os.path.join(ddir, "config.json"), dcfg)
-    dspecs = [("fc.weight", (H, 5 * H)), ("hidden_norm.weight", (H,)), ("norm.weight", (H,)),
+    dspecs = [("fc.weight", (H, len(tl) * H)), ("hidden_norm.weight", (H,)), ("norm.weight", (H,)),
               ("markov_head.markov_w1.weight", (s["V"], r)), ("markov_head.markov_w2.weight", (s["V"], r)),
-              ("confidence_head.proj.weight", (1, H + r)), ("confidence_head.proj.bias", (1,))] + layer_specs(s, "", DRAFT_LAYERS)
+              ("confidence_head.proj.weight", (1, H + r)), ("confidence_head.proj.bias", (1,))] + layer_specs(s, "", dl)
     stream_safetensors(os.path.join(ddir, "model.safetensors"), dspecs, filler(rng))
     print(f"{a.out}: target {tdir}, drafter {ddir} ({a.shape})")
     return 0

@@ -157,6 +157,16 @@ typedef struct dsp_backend_ops {
     dsp_status (*argmax)(dsp_backend *be, const dsp_buf *logits, int n_rows, int n_vocab, int32_t *out);
     dsp_status (*top_logprobs)(dsp_backend *be, const dsp_buf *logits, int n_rows, int n_vocab, int k, int32_t *ids,
                                float *lp, float *lse);
+    /* The greedy chain of a block drafter's Markov head on the device, so that a drafter round
+     * downloads its tokens, not n_draft vocabulary rows (spec/block.c does the same on the host
+     * without it). After end(), over requests j < n_reqs and slots k < n[j] in order of k, with
+     * o_j = n[0] + ... + n[j-1] and t = k ? out[o_j + k - 1] : anchor[j]:
+     *     row row0[j] + k of logits += matmul(w2, row t of w1)   (the product as matmul computes it)
+     *     out[o_j + k] = argmax of that row                       (as the argmax op)
+     * w1: n_vocab rows of `rank` floats; e (>= n_reqs x rank) and y (>= n_reqs x n_vocab) are
+     * scratch. Completes before returning; the logits keep the biased rows. */
+    dsp_status (*markov_greedy)(dsp_backend *be, dsp_buf *logits, int n_vocab, const dsp_buf *w1, int rank, const dsp_bweight *w2,
+                                dsp_buf *e, dsp_buf *y, int n_reqs, const int *row0, const int *n, const int32_t *anchor, int32_t *out);
     /* Measured read bandwidth of the device's memory in GB/s: a streaming read of `bytes` (median of
      * 5 runs), for benchmarks' roofline figures; 0 if it could not be measured. */
     double (*read_bandwidth)(dsp_backend *be, size_t bytes);

@@ -33,7 +33,7 @@ void dsp_block_destroy(dsp_block_drafter *d) {
     if (!d) return;
     if (d->be) {
         const dsp_backend_ops *o = d->be->ops;
-        dsp_buf *bufs[] = {d->x, d->h, d->q, d->k, d->v, d->att, d->gate, d->up, d->logits, d->mk_e, d->mk_y, d->inv_freq};
+        dsp_buf *bufs[] = {d->x, d->h, d->q, d->k, d->v, d->att, d->gate, d->up, d->logits, d->mk_e, d->mk_y, d->mk_w1f, d->inv_freq};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) o->buf_destroy(d->be, bufs[i]);
         if (d->store) o->kv_destroy(d->be, d->store);
@@ -49,7 +49,7 @@ void dsp_block_destroy(dsp_block_drafter *d) {
     }
     free(d->layers);
     free(d->btok), free(d->bpos), free(d->bseq), free(d->bkeys), free(d->brow), free(d->bseqs), free(d->bout0), free(d->bmrow);
-    free(d->hlogits), free(d->hhid), free(d->he), free(d->hbias), free(d->conf_wf);
+    free(d->hlogits), free(d->hhid), free(d->he), free(d->hbias), free(d->conf_wf), free(d->btoks), free(d->bn), free(d->banchor);
     dsp_model_destroy(d->m);
     free(d);
 }
@@ -135,9 +135,12 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
     d->he = malloc(R * (r ? r : 1) * sizeof(float));
     d->hbias = malloc(R * (r ? V : 1) * sizeof(float));
     d->conf_wf = malloc((E + r) * sizeof(float));
+    d->btoks = malloc(R * nd * sizeof(int32_t));
+    d->bn = malloc(R * sizeof(int));
+    d->banchor = malloc(R * sizeof(int32_t));
     float *inv = malloc((size_t)(hp->rope_dim / 2 > 0 ? hp->rope_dim / 2 : 1) * sizeof(float));
     if (!d->btok || !d->bpos || !d->bseq || !d->bkeys || !d->brow || !d->bseqs || !d->bout0 || !d->bmrow || !d->hlogits || !d->hhid || !d->he || !d->hbias ||
-        !d->conf_wf || !inv) {
+        !d->conf_wf || !d->btoks || !d->bn || !d->banchor || !inv) {
         free(inv);
         return dsp_error(DSP_ERR_NOMEM, "no memory for the drafter's scratch (%zu rows, vocabulary %zu)", T, V);
     }
@@ -149,6 +152,19 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
     o->buf_write(be, d->inv_freq, 0, inv, (size_t)hp->rope_dim / 2);
     free(inv);
     d->rope = (dsp_rope){hp->rope_dim, true, hp->rope_scale, hp->rope_attn_factor, d->inv_freq};
+    /* DSP_DRAFT_HOST_CHAIN=1 keeps the slots' chain on the host (for comparisons) */
+    const char *hc = getenv("DSP_DRAFT_HOST_CHAIN");
+    d->host_chain = hc && *hc && strcmp(hc, "0");
+    if (r && o->markov_greedy && !d->host_chain) { /* W1 as f32 rows on the backend: the greedy chain runs there */
+        float *w1 = malloc(V * r * sizeof(float));
+        if (!w1) return dsp_error(DSP_ERR_NOMEM, "no memory for the Markov head's W1 as f32 (%zu x %zu)", V, r);
+        const size_t rb = dsp_dtype_row_bytes(d->mk_w1->type, (uint64_t)r);
+        for (size_t t = 0; t < V && !st; t++) st = dsp_dequantize_row(d->mk_w1->type, (const uint8_t *)d->mk_w1->data + t * rb, w1 + t * r, (uint64_t)r);
+        if (!st) st = buf(d, V, r, &d->mk_w1f);
+        if (!st) o->buf_write(be, d->mk_w1f, 0, w1, V * r);
+        free(w1);
+        if (st) return st;
+    }
     if (d->conf_w) {
         size_t n = (size_t)d->conf_w->ne[0];
         if ((st = dsp_dequantize_row(d->conf_w->type, d->conf_w->data, d->conf_wf, n))) return st;
@@ -290,11 +306,30 @@ dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
     }
     o->rmsnorm(be, d->h, d->x, d->b_norm, n_out, E, hp->rms_eps, d->brow);
     o->matmul(be, 1, (const dsp_bweight *const *)&d->b_head, &d->logits, d->h, n_out);
-    if ((st = o->end(be)) || (st = o->buf_read(be, d->logits, 0, d->hlogits, (size_t)n_out * (size_t)V))) return st;
+    /* greedy requests that want no top-3 need only the tokens: the slots' chain runs on the backend
+     * when it can (ops->markov_greedy; ops->argmax without a Markov head), and n_out vocabulary
+     * rows stay there; else the rows come to the host */
+    bool on_dev = r ? d->mk_w1f != NULL : o->argmax != NULL && !d->host_chain;
+    for (int j = 0; j < n && on_dev; j++) on_dev = reqs[j].temperature <= 0 && !reqs[j].top && (!r || reqs[j].markov);
+    if ((st = o->end(be))) return st;
+    if (on_dev) {
+        if (r) {
+            for (int j = 0; j < n; j++) d->bn[j] = reqs[j].n_draft, d->banchor[j] = reqs[j].anchor;
+            st = o->markov_greedy(be, d->logits, V, d->mk_w1f, r, d->b_w2, d->mk_e, d->mk_y, n, out0, d->bn, d->banchor, d->btoks);
+        } else {
+            st = o->argmax(be, d->logits, n_out, V, d->btoks);
+        }
+        if (st) return st;
+        for (int j = 0; j < n; j++) memcpy(reqs[j].draft, d->btoks + out0[j], sizeof(int32_t) * (size_t)reqs[j].n_draft);
+    } else if ((st = o->buf_read(be, d->logits, 0, d->hlogits, (size_t)n_out * (size_t)V))) {
+        return st;
+    }
     bool any_conf = false;
     for (int j = 0; j < n; j++) any_conf |= reqs[j].confidence && d->conf_w;
     if (any_conf && (st = o->buf_read(be, d->h, 0, d->hhid, (size_t)n_out * (size_t)E))) return st;
-    /* the slots in order: Markov bias and confidence need the previous slot's token */
+    if (on_dev && !any_conf) return DSP_OK;
+    /* the slots in order: Markov bias and confidence need the previous slot's token (with the
+     * chain on the device, the tokens are known and only the confidences' truncation remains) */
     const size_t row_w1 = r ? dsp_dtype_row_bytes(d->mk_w1->type, (uint64_t)r) : 0;
     int *mrow = d->bmrow;
     for (int k = 0; k < max_want; k++) {
@@ -305,7 +340,7 @@ dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
             mrow[j] = -1;
             if (k >= q->n_draft) continue;
             int32_t prev = k ? q->draft[k - 1] : q->anchor;
-            bool conf = q->confidence && d->conf_w, need_e = (q->markov && r > 0) || (conf && in->conf_with_markov);
+            bool conf = q->confidence && d->conf_w, need_e = (!on_dev && q->markov && r > 0) || (conf && in->conf_with_markov);
             float *e = d->he + (size_t)m * (size_t)(r ? r : 1);
             if (need_e && (st = dsp_dequantize_row(d->mk_w1->type, (const uint8_t *)d->mk_w1->data + (size_t)prev * row_w1, e, (uint64_t)r)))
                 return st;
@@ -320,8 +355,9 @@ dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
                 }
             }
             if (need_e) mrow[j] = m++;
-            markov_rows |= q->markov && r > 0;
+            markov_rows |= !on_dev && q->markov && r > 0;
         }
+        if (on_dev) continue;
         if (markov_rows) { /* bias = W2 . W1[prev] for every request's previous token, one forward */
             for (int i = 0; i < m; i++) d->btok[i] = 0, d->bpos[i] = 0, d->bseq[i] = 0, d->bkeys[i] = 1;
             dsp_be_batch mb = {m, d->btok, d->bpos, d->bseq, d->bkeys, 1, (const dsp_kv_seq *const *)d->bseqs};

@@ -35,6 +35,8 @@ struct dsp_block_drafter {
     dsp_buf *x, *h, *q, *k, *v, *att, *gate, *up; /* (max_rows, width) */
     dsp_buf *logits;              /* (max_reqs * n_draft, n_vocab) */
     dsp_buf *mk_e, *mk_y;         /* (max_reqs, r), (max_reqs, n_vocab) */
+    bool host_chain;              /* $DSP_DRAFT_HOST_CHAIN: never on the backend */
+    dsp_buf *mk_w1f;              /* (n_vocab, r) W1 as f32 for ops->markov_greedy (NULL: the chain runs on the host) */
     dsp_buf *inv_freq;
     dsp_rope rope;
     /* host scratch */
@@ -46,6 +48,9 @@ struct dsp_block_drafter {
     float *hhid;                  /* (max_reqs * n_draft, n_embd) normed hidden rows */
     float *he;                    /* (max_reqs, r) Markov embeddings of the previous tokens */
     float *hbias;                 /* (max_reqs, n_vocab) */
+    int32_t *btoks;               /* (max_reqs * n_draft) the tokens of the device chain */
+    int *bn;                      /* (max_reqs) slots per request in the device chain */
+    int32_t *banchor;             /* (max_reqs) */
     float *conf_wf;               /* (n_embd + r) the confidence weights as f32 */
     float conf_bias;
 };

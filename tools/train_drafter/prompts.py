@@ -45,6 +45,23 @@ _TOPICS = [
     "brewing coffee", "camping in the rain", "painting a room", "teaching a child to swim",
     "reducing food waste", "building a birdhouse", "recycling electronics", "choosing a laptop",
     "writing a haiku", "hosting a dinner party", "meditating", "negotiating a salary",
+    # added for the second training recipe (more chat: the held-out chat set was the weakest)
+    "learning to code", "sleeping better", "drinking more water", "starting a vegetable garden",
+    "writing a novel", "moving to a new flat", "caring for a cat", "buying a used car",
+    "preparing for a job interview", "learning to draw", "keeping houseplants alive", "cycling to work",
+    "making sourdough", "studying for a math test", "managing stress", "starting a small business",
+    "planning a wedding", "learning chess", "organising a kitchen", "running a marathon",
+    "writing a resume", "choosing a first pet", "learning to swim as an adult", "saving energy at home",
+    "hiking in the mountains", "teaching a teenager to drive", "giving feedback to a colleague",
+    "working from home", "cooking for a large family", "keeping bees", "making pasta from scratch",
+    "learning to type faster", "planning a birthday party", "staying safe online", "writing clear emails",
+    "studying history", "doing yoga at home", "making a budget", "cleaning a bathroom",
+    "learning to sew", "volunteering in the community", "travelling on a small budget",
+    "building a personal website", "preparing for winter", "repairing a leaking tap", "making candles",
+    "journaling for mental health", "picking a good book", "starting a podcast", "playing the piano",
+    "learning photography", "making new habits stick", "being a better listener", "packing for a long trip",
+    "keeping a car in good shape", "growing herbs on a balcony", "planning meals for a week",
+    "making a short film", "learning to knit", "moving abroad", "raising chickens", "choosing running shoes",
 ]
 _CONCEPTS = [
     "photosynthesis", "inflation", "the water cycle", "black holes", "vaccines", "compound interest",
@@ -53,6 +70,20 @@ _CONCEPTS = [
     "evolution", "blockchains", "the Roman Empire", "climate and weather", "electric cars", "antibiotics",
     "the stock market", "volcanoes", "rainbows", "tides", "the printing press", "jazz", "sleep",
     "hash tables", "the internet", "nuclear fusion", "bees", "the Silk Road", "languages and dialects",
+    # added for the second training recipe
+    "the moon's phases", "earthquakes", "the human heart", "electricity", "magnets", "the seasons",
+    "the theory of relativity", "DNA", "viruses and bacteria", "solar panels", "wind power", "the ozone layer",
+    "the Industrial Revolution", "ancient Egypt", "the Renaissance", "the Cold War", "the Olympic Games",
+    "the periodic table", "atoms", "light and colour", "sound waves", "the speed of light", "clouds",
+    "hurricanes", "glaciers", "deserts", "rainforests", "coral reefs", "the food chain", "dinosaurs",
+    "the solar system", "stars", "galaxies", "satellites", "GPS", "computers", "operating systems",
+    "databases", "encryption", "passwords", "algorithms", "sorting algorithms", "binary numbers",
+    "the cloud", "open source software", "version control", "compilers", "neural networks",
+    "interest rates", "taxes", "banks", "credit cards", "insurance", "unemployment", "trade",
+    "globalisation", "cities", "architecture", "bridges", "trains", "airplanes", "rockets", "the wheel",
+    "writing systems", "music theory", "poetry", "theatre", "photography", "impressionism", "philosophy",
+    "ethics", "memory", "emotions", "habits", "nutrition", "vitamins", "exercise", "the brain", "the eyes",
+    "allergies", "fever", "probability", "statistics", "prime numbers", "geometry", "fractions",
 ]
 _WRITING = [
     "a short story about a robot who learns to paint", "a poem about the sea",
@@ -63,6 +94,19 @@ _WRITING = [
     "a recipe for vegetable soup", "an email asking for a deadline extension",
     "a review of an imaginary restaurant", "a short mystery story", "a motivational message for a team",
     "instructions for assembling a bookshelf", "a haiku sequence about the seasons",
+    # added for the second training recipe
+    "a poem about autumn", "a short story about a dragon who is afraid of fire", "a thank-you note to a teacher",
+    "a bedtime story about a sleepy owl", "a short story about a time traveller", "a poem about the city at night",
+    "an invitation to a garden party", "a short biography of an imaginary inventor", "a song about friendship",
+    "a story about a lost dog finding its way home", "a letter of complaint about a late train",
+    "a welcome message for new club members", "a short play about two neighbours", "a poem about rain",
+    "a description of a busy market", "a story that begins with a knock at the door",
+    "an advertisement for a bicycle repair shop", "a toast for a friend's wedding",
+    "a short science fiction story set on Mars", "a letter from a cat to its owner",
+    "a weather forecast for a magical kingdom", "a blog post about a first day at a new job",
+    "a short story about a baker and a mysterious customer", "a travel guide entry for a small island",
+    "a poem about a mountain", "a short fable with a moral", "a story about a child who finds a map",
+    "a product review of a pair of headphones", "a note apologising for missing a meeting",
 ]
 _CHAT_TEMPLATES = [
     "Give me five tips for {t}.", "How do I get better at {t}?", "What are common mistakes when {t}?",
@@ -70,6 +114,22 @@ _CHAT_TEMPLATES = [
     "Write {w}.", "Summarise the main ideas of {c}.", "Compare {c} and {c2}.",
     "What are the pros and cons of {t}?", "Write a step-by-step guide to {t}.",
 ]
+# the second recipe's chat prompts: every template with every subject of its kind
+_MORE_TEMPLATES = {
+    "t": ["I want to start {t}. Where should I begin?", "Can you help me with {t}?",
+          "What should a beginner know about {t}?", "Make a simple plan for {t} over the next month.",
+          "My friend is struggling with {t}. What advice can I give?",
+          "Why do people find {t} hard, and how can it be made easier?"],
+    "c": ["How does {c} work?", "Why is {c} important?", "Tell me three interesting facts about {c}.",
+          "Explain {c} in one paragraph.", "What is a common misunderstanding about {c}?",
+          "How would you teach {c} to a beginner?", "Give a simple example of {c}."],
+    "w": ["Please write {w}.", "Could you write {w}? Keep it short.", "Write {w} for a young reader."],
+}
+
+
+def _written_cross() -> list[str]:
+    subjects = {"t": _TOPICS, "c": _CONCEPTS, "w": _WRITING}
+    return [tpl.format(**{k: s}) for k, tpls in _MORE_TEMPLATES.items() for tpl in tpls for s in subjects[k]]
 
 
 def _split(text: str, eval_pct: float) -> str:
@@ -159,6 +219,7 @@ def written_prompts(rng: random.Random) -> list[dict]:
             out.append({"source": "written", "text": tpl.format(
                 t=_TOPICS[i % len(_TOPICS)], c=_CONCEPTS[i % len(_CONCEPTS)],
                 c2=_CONCEPTS[(i * 7 + 3) % len(_CONCEPTS)], w=_WRITING[i % len(_WRITING)])})
+    out += [{"source": "written", "text": t} for t in _written_cross()]
     uniq = {p["text"]: p for p in out}
     out = list(uniq.values())
     rng.shuffle(out)

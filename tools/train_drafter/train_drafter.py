@@ -658,18 +658,18 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    os.makedirs(args.work, exist_ok=True)
+    if "prompts" in args.steps:
+        step_prompts(args)  # needs no torch
+    rest = [s for s in args.steps if s != "prompts"]
+    if not rest:
+        return 0
     import torch
     torch.manual_seed(args.seed)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    os.makedirs(args.work, exist_ok=True)
-    if "prompts" in args.steps:
-        step_prompts(args)
-    rest = [s for s in args.steps if s != "prompts"]
-    if not rest:
-        return 0
     t0 = time.time()
     target, tok = load_target(args.target, device)
     log(f"target {args.target}: {type(target).__name__}, {target.config.num_hidden_layers} layers, "

@@ -1047,6 +1047,69 @@ dsp_status cu_top_logprobs(dsp_backend *be, const dsp_buf *logits, int n_rows, i
     return e == cudaSuccess ? DSP_OK : cu_fail(e, "top logprobs");
 }
 
+dsp_status cu_markov_greedy(dsp_backend *be, dsp_buf *logits, int n_vocab, const dsp_buf *w1, int rank, const dsp_bweight *w2, dsp_buf *e,
+                            dsp_buf *y, int n_reqs, const int *row0, const int *n, const int32_t *anchor, int32_t *out) {
+    cu_backend *b = B(be);
+    DSP_ASSERT(n_reqs >= 1 && rank >= 1 && w2->matrix && w2->m.K == rank && w2->m.M == n_vocab);
+    DSP_ASSERT((size_t)n_vocab * rank <= w1->n && (size_t)n_reqs * rank <= e->n && (size_t)n_reqs * n_vocab <= y->n);
+    int total = 0, max_n = 0;
+    for (int j = 0; j < n_reqs; j++) {
+        DSP_ASSERT(n[j] >= 0 && (size_t)(row0[j] + n[j]) * n_vocab <= logits->n);
+        total += n[j];
+        if (n[j] > max_n) max_n = n[j];
+    }
+    if (!total) return DSP_OK;
+    dsp_status st = logits_prep(b);
+    if (st) return st;
+    /* int32 staging: the tokens (anchors, then the outputs of request j from n_reqs + o_j), then
+     * for each slot k with m rows: their sources, destinations (token indices) and logit rows */
+    const size_t n_int = (size_t)n_reqs + 4 * (size_t)total;
+    if ((st = stage_ensure(b, n_int * 4))) return st;
+    const int64_t units = dsp_cu_x_units(rank), stride = ((int64_t)n_reqs + 63) / 64 * 64;
+    if ((st = grow(b, (void **)&b->xp, &b->xp_cap, (size_t)n_reqs * (size_t)units, 16, "packed activations")) ||
+        (st = grow(b, (void **)&b->xsum, &b->xsum_cap, (size_t)(units / 8) * (size_t)stride, 4, "activation block sums")))
+        return st;
+    int32_t *h = (int32_t *)b->h_stage, *tab = h + n_reqs + total;
+    for (int j = 0; j < n_reqs; j++) h[j] = anchor[j];
+    size_t at = 0;
+    for (int k = 0; k < max_n; k++) {
+        int m = 0;
+        for (int j = 0, o = n_reqs; j < n_reqs; o += n[j], j++)
+            if (k < n[j]) m++;
+        int32_t *src = tab + at, *dst = src + m, *lrow = dst + m;
+        int i = 0;
+        for (int j = 0, o = n_reqs; j < n_reqs; o += n[j], j++) {
+            if (k >= n[j]) continue;
+            src[i] = k ? o + k - 1 : j, dst[i] = o + k, lrow[i] = row0[j] + k;
+            i++;
+        }
+        at += 3 * (size_t)m;
+    }
+    int32_t *dtok = (int32_t *)b->d_stage, *dtab = dtok + n_reqs + total;
+    cudaError_t err = cudaMemcpyAsync(b->d_stage, b->h_stage, n_int * 4, cudaMemcpyHostToDevice, b->st);
+    const dsp_cu_mat *wm = &w2->m;
+    float *yd = y->d;
+    dsp_cu_xpack xb = {b->xp, b->xsum, stride};
+    at = 0;
+    for (int k = 0; k < max_n && err == cudaSuccess; k++) {
+        int m = 0;
+        for (int j = 0; j < n_reqs; j++)
+            if (k < n[j]) m++;
+        const int32_t *src = dtab + at, *dst = src + m, *lrow = dst + m;
+        at += 3 * (size_t)m;
+        /* y = matmul(w2, e) for m rows, exactly as run_op's OP_MATMUL without a fused preparation */
+        dsp_cu_prep pr = {0, rank, units, xb.xs_stride, e->d, nullptr, nullptr, nullptr, nullptr, 0.0f, b->xp, b->xsum};
+        err = dsp_cu_markov_gather(w1->d, rank, dtok, src, e->d, m, b->st);
+        if (err == cudaSuccess) err = dsp_cu_prep_launch(&pr, m, b->st);
+        if (err == cudaSuccess) err = dsp_cu_matmul(1, &wm, &yd, m, &xb, b->st);
+        if (err == cudaSuccess) err = dsp_cu_markov_add_argmax(logits->d, n_vocab, yd, lrow, dst, dtok, m, b->st);
+    }
+    if (err == cudaSuccess) err = cudaMemcpyAsync(out, dtok + n_reqs, (size_t)total * 4, cudaMemcpyDeviceToHost, b->st);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(b->st);
+    b->stage_used = b->stage_flushed = 0;
+    return err == cudaSuccess ? DSP_OK : cu_fail(err, "the drafter's Markov chain");
+}
+
 double cu_read_bandwidth(dsp_backend *be, size_t bytes) {
     cu_backend *b = B(be);
     DSP_ASSERT(!b->in_fwd);
@@ -1082,6 +1145,7 @@ const dsp_backend_ops g_ops = {
     cu_check_weights,
     cu_argmax,
     cu_top_logprobs,
+    cu_markov_greedy,
     cu_read_bandwidth,
 };
 

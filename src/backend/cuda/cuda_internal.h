@@ -143,6 +143,11 @@ cudaError_t dsp_cu_copy_rows(float *dst, size_t dst_ld, size_t dst_col, const fl
                              int n_rows, size_t width, cudaStream_t st);
 cudaError_t dsp_cu_kv_copy_block(const dsp_cu_kv *kv, uint32_t dst, uint32_t src, cudaStream_t st);
 cudaError_t dsp_cu_argmax(const float *logits, int n_rows, int n_vocab, int32_t *out, cudaStream_t st);
+/* a block drafter's Markov chain, one slot of n_rows requests (cu_markov_greedy): e row i = w1 row
+ * tok[src[i]]; then, after y = matmul(w2, e), logits row lrow[i] += y row i and tok[dst[i]] = its argmax */
+cudaError_t dsp_cu_markov_gather(const float *w1, int rank, const int32_t *tok, const int32_t *src, float *e, int n_rows, cudaStream_t st);
+cudaError_t dsp_cu_markov_add_argmax(float *logits, int n_vocab, const float *y, const int32_t *lrow, const int32_t *dst, int32_t *tok,
+                                     int n_rows, cudaStream_t st);
 /* per row: ids/logprobs (k each, descending), lse */
 /* GB/s of a streaming read of `bytes` (median of 5), 0 on failure */
 double dsp_cu_read_bandwidth(size_t bytes, int n_sm, cudaStream_t st);

@@ -591,6 +591,38 @@ cudaError_t dsp_cu_argmax(const float *logits, int n_rows, int n_vocab, int32_t 
     return cudaGetLastError();
 }
 
+/* block i: e row i = w1 row tok[src[i]] (rank floats) */
+__global__ void markov_gather_kernel(const float *w1, int rank, const int32_t *tok, const int32_t *src, float *e) {
+    const float *w = w1 + (int64_t)tok[src[blockIdx.x]] * rank;
+    for (int c = threadIdx.x; c < rank; c += blockDim.x) e[(int64_t)blockIdx.x * rank + c] = w[c];
+}
+
+/* block i: logits row lrow[i] += y row i, then tok[dst[i]] = its argmax (as argmax_kernel) */
+__global__ void markov_add_argmax_kernel(float *logits, int n_vocab, const float *y, const int32_t *lrow, const int32_t *dst,
+                                         int32_t *tok) {
+    __shared__ float shv[32];
+    __shared__ int shi[32];
+    float *x = logits + (int64_t)lrow[blockIdx.x] * n_vocab;
+    const float *b = y + (int64_t)blockIdx.x * n_vocab;
+    for (int c = threadIdx.x; c < n_vocab; c += blockDim.x) x[c] += b[c];
+    __syncthreads();
+    float v;
+    int i;
+    block_argmax(x, n_vocab, nullptr, 0, shv, shi, v, i);
+    if (threadIdx.x == 0) tok[dst[blockIdx.x]] = v == -INFINITY ? -1 : i;
+}
+
+cudaError_t dsp_cu_markov_gather(const float *w1, int rank, const int32_t *tok, const int32_t *src, float *e, int n_rows, cudaStream_t st) {
+    markov_gather_kernel<<<(unsigned)n_rows, 256, 0, st>>>(w1, rank, tok, src, e);
+    return cudaGetLastError();
+}
+
+cudaError_t dsp_cu_markov_add_argmax(float *logits, int n_vocab, const float *y, const int32_t *lrow, const int32_t *dst, int32_t *tok,
+                                     int n_rows, cudaStream_t st) {
+    markov_add_argmax_kernel<<<(unsigned)n_rows, 1024, 0, st>>>(logits, n_vocab, y, lrow, dst, tok);
+    return cudaGetLastError();
+}
+
 cudaError_t dsp_cu_top_logprobs(const float *logits, int n_rows, int n_vocab, int k, int32_t *ids, float *lp, float *lse,
                                 cudaStream_t st) {
     if (k > 64) return cudaErrorInvalidValue;
