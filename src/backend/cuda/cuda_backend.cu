@@ -1065,6 +1065,9 @@ dsp_status cu_markov_greedy(dsp_backend *be, dsp_buf *logits, int n_vocab, const
      * for each slot k with m rows: their sources, destinations (token indices) and logit rows */
     const size_t n_int = (size_t)n_reqs + 4 * (size_t)total;
     if ((st = stage_ensure(b, n_int * 4))) return st;
+    /* the forward's own staged bytes (row lists, uploads) may still be on their way from the
+     * pinned area: wait before writing there */
+    cudaEventSynchronize(b->upload_done);
     const int64_t units = dsp_cu_x_units(rank), stride = ((int64_t)n_reqs + 63) / 64 * 64;
     if ((st = grow(b, (void **)&b->xp, &b->xp_cap, (size_t)n_reqs * (size_t)units, 16, "packed activations")) ||
         (st = grow(b, (void **)&b->xsum, &b->xsum_cap, (size_t)(units / 8) * (size_t)stride, 4, "activation block sums")))
