@@ -450,6 +450,121 @@ static void test_taps_drafter(void) {
     dsp_drafter_destroy(x.lk);
 }
 
+/* ---- drafts while a prompt is prefilled next to decoding requests --------------------------- */
+
+/* An oracle: proposes the known greedy continuation (every draft is accepted). */
+typedef struct oracle {
+    dsp_drafter base;
+    const int32_t *ref;
+    int n_ref;
+    uint32_t n_prompt;
+} oracle;
+
+static int32_t or_propose(dsp_drafter *d, const int32_t *t, uint32_t n, int32_t k_max, int32_t *draft, float *q) {
+    (void)t, (void)q;
+    oracle *x = (oracle *)d;
+    int32_t k = 0;
+    for (int i = (int)(n - x->n_prompt); k < k_max && i >= 0 && i < x->n_ref; i++) draft[k++] = x->ref[i];
+    return k;
+}
+static void or_observe(dsp_drafter *d, const dsp_spec_commit *c) { (void)d, (void)c; }
+static void or_reset(dsp_drafter *d) { (void)d; }
+static const dsp_drafter_ops or_ops = {"test-oracle", or_propose, or_observe, or_reset, qd_destroy};
+
+static int g_round_kept; /* drafts verified this round, over the decoding requests */
+static void count_kept(const dsp_round_trace *t, void *user) {
+    (void)user;
+    g_round_kept += t->kept;
+}
+
+/* --max-draft auto next to a prefill: with a synthetic cost profile (a forward of n rows costs
+ * 1 + 0.1 (n - 1) one-row forwards, no context or host term) two decoding requests whose drafts
+ * are always right draft as much as the budget allows; while a prompt is prefilled next to them,
+ * --prefill-itl 1.5 bounds the round at 1.5 x T(2) = 1.65, i.e. 7 rows (engine.h), of which the
+ * decoding requests' rows and drafts may take all but one: at most 4 drafts in all. Before the prompt
+ * arrives and after its prefill the limit is not there (more drafts per round). The output equals the
+ * requests' solo output. Deterministic: the choice depends on the profile and the acceptance
+ * counts only (the host-time term is made negligible). */
+static void test_prefill_draft_cap(void) {
+    dsp_engine_params ep = dsp_engine_default_params();
+    ep.device = g_cuda ? DSP_DEVICE_CUDA : DSP_DEVICE_CPU;
+    ep.n_ctx = 512;
+    ep.n_threads = 2;
+    ep.max_batch = 4;
+    ep.no_prefix_cache = true;
+    dsp_engine *e = NULL;
+    CHECK(dsp_engine_create(g_m, &ep, &e) == DSP_OK);
+    if (!e) return;
+    static const int grid[] = {1, 2, 4, 8, 16, 32, 64};
+    memset(&e->prof, 0, sizeof e->prof);
+    e->prof.n = (int32_t)(sizeof grid / sizeof grid[0]);
+    for (int i = 0; i < e->prof.n; i++) e->prof.rows[i] = grid[i], e->prof.rel[i] = 1.0f + 0.1f * (float)(grid[i] - 1);
+    e->prof.one_row_ms = 1e9; /* the measured host time per round divided by this: ~0 */
+    e->prof.ctx_tokens = 100000;
+    e->have_prof = true;
+
+    int32_t p[256], lp[256];
+    int n = tokenize(g_prompts[0], p, 256);
+    /* the arriving prompt: short, since the drafts leave it as little as one row per round */
+    int nl = tokenize("The quick brown fox jumps over the lazy dog, and then it runs far away into the woods.", lp, 256);
+    dsp_gen_params gp = dsp_gen_default_params();
+    gp.max_tokens = 128;
+    gp.ignore_eos = true;
+    gp.max_draft = DSP_DRAFT_AUTO;
+    gp.mode = DSP_SPEC_LOOKUP;
+    static run_out solo;
+    dsp_gen_params bp = gp;
+    bp.mode = DSP_SPEC_BASELINE;
+    run_on(e, p, n, &bp, &solo);
+    CHECK_EQ_INT(solo.ev.n, gp.max_tokens);
+
+    oracle o[2];
+    static run_out out[2];
+    dsp_req_id id[2], lid = 0;
+    gp.trace = count_kept;
+    for (int j = 0; j < 2; j++) {
+        memset(&o[j], 0, sizeof o[j]);
+        o[j].base.ops = &or_ops;
+        o[j].ref = solo.ev.ids, o[j].n_ref = solo.ev.n, o[j].n_prompt = (uint32_t)n;
+        memset(&out[j], 0, sizeof out[j]);
+        CHECK(dsp_engine_submit_drafter(e, p, (size_t)n, &gp, &o[j].base, NULL, &id[j]) == DSP_OK);
+    }
+    int phase = 0; /* 0: before the long prompt, 1: it is being prefilled, 2: after */
+    int max_kept[3] = {0, 0, 0}, rounds[3] = {0, 0, 0}, done = 0;
+    bool long_first = false;
+    for (int guard = 0; done < 2 && guard < 2000; guard++) {
+        if (phase == 0 && max_kept[0] > 4 && rounds[0] >= 2) { /* the decodes draft freely: now the prompt arrives */
+            dsp_gen_params lg = dsp_gen_default_params();
+            lg.max_tokens = 1;
+            CHECK(dsp_engine_submit(e, lp, (size_t)nl, &lg, NULL, &lid) == DSP_OK);
+            phase = 1;
+        }
+        const int ph = phase;
+        g_round_kept = 0;
+        const dsp_event *ev;
+        size_t n_ev;
+        CHECK(dsp_engine_step(e, &ev, &n_ev) == DSP_OK);
+        rounds[ph]++;
+        if (g_round_kept > max_kept[ph]) max_kept[ph] = g_round_kept;
+        for (size_t i = 0; i < n_ev; i++) {
+            if (ev[i].id == lid && ev[i].type == DSP_EVENT_TOKEN) long_first = true;
+            for (int j = 0; j < 2; j++)
+                if (ev[i].id == id[j]) {
+                    if (ev[i].type == DSP_EVENT_TOKEN) collect(&ev[i].tok, &out[j].ev);
+                    else out[j].r = *ev[i].res, done++;
+                }
+        }
+        if (phase == 1 && long_first) phase = 2;
+    }
+    CHECK_MSG(rounds[1] >= 2 && rounds[2] >= 1, "rounds before/during/after the prefill: %d/%d/%d", rounds[0], rounds[1], rounds[2]);
+    CHECK_MSG(max_kept[0] > 4 && max_kept[2] > 4, "drafts per round before / after the prefill: %d / %d (want > 4)", max_kept[0], max_kept[2]);
+    CHECK_MSG(max_kept[1] <= 4 && max_kept[1] > 0, "drafts per round during the prefill: up to %d (want 1..4)", max_kept[1]);
+    printf("  prefill draft cap: rounds before/during/after the prefill %d/%d/%d, at most %d/%d/%d drafts per round\n", rounds[0], rounds[1],
+           rounds[2], max_kept[0], max_kept[1], max_kept[2]);
+    for (int j = 0; j < 2; j++) CHECK(out[j].ev.n == solo.ev.n && !memcmp(out[j].ev.ids, solo.ev.ids, sizeof(int32_t) * (size_t)solo.ev.n));
+    dsp_engine_destroy(e);
+}
+
 static void test_bad_params(void) {
     int32_t ids[8] = {1, 2, 3, 4};
     dsp_gen_params gp = dsp_gen_default_params();
@@ -492,6 +607,7 @@ int main(void) {
     DSP_RUN(test_stops_inside_blocks);
     DSP_RUN(test_q_drafter);
     DSP_RUN(test_taps_drafter);
+    DSP_RUN(test_prefill_draft_cap);
     DSP_RUN(test_sampling_equals_baseline);
     DSP_RUN(test_greedy_lossless);
     dsp_engine_destroy(g_e);

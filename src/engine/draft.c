@@ -472,17 +472,34 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
         r->res.draft_ms += e->round_draft_ms;
     }
     if (!any_auto) return DSP_OK;
-    /* --max-draft auto: the round's draft lengths, chosen together */
-    int nc = 0, base_rows = n_decode;
+    /* --max-draft auto: the round's draft lengths, chosen together. The rows the round has anyway:
+     * one per decoding request, the drafts of requests with a fixed cap and, while a prompt is being
+     * prefilled, the chunk that --prefill-itl's budget leaves next to them (not the whole prompt:
+     * counted whole, it made drafts look free next to it, and they made the round several times
+     * longer than the budget: p99 inter-token gaps of 6x the idle median). The drafts then share that
+     * budget with the chunk: all but one of its prefill rows at most, so a round with a prefill pending
+     * stays within the budget whenever its decoding rows alone do. */
+    int nc = 0, base_rows = n_decode, max_drafts = -1, fixed = 0;
     double base_extra = 0;
+    uint64_t pf_left = 0;
+    uint32_t pf_pos = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        const dsp_req *r = e->running[i];
+        if (r->state == DSP_REQ_PREFILL) {
+            if (!pf_left) pf_pos = r->kv.n_tokens;
+            pf_left += r->n_prompt - r->kv.n_tokens;
+        } else if (r->state == DSP_REQ_DECODE && r->p.max_draft != DSP_DRAFT_AUTO) {
+            fixed += r->k;
+        }
+    }
+    base_rows += fixed;
+    if (pf_left) {
+        int room = dsp_engine_prefill_budget(e, base_rows, n_decode, pf_pos) - base_rows; /* >= 1 */
+        base_rows += pf_left < (uint64_t)room ? (int)pf_left : room;
+        max_drafts = room - 1;
+    }
     for (int i = 0; i < e->n_running; i++) {
         dsp_req *r = e->running[i];
-        if (r->state == DSP_REQ_PREFILL) {
-            uint32_t left = r->n_prompt - r->kv.n_tokens;
-            int room = e->batch_tokens - base_rows;
-            base_rows += left < (uint32_t)room ? (int)left : room;
-            continue;
-        }
         if (r->state != DSP_REQ_DECODE) continue;
         if (r->n_tokens > e->prof.ctx_tokens) base_extra += r->n_tokens - e->prof.ctx_tokens;
         if (r->p.max_draft != DSP_DRAFT_AUTO || r->k == 0) continue;
@@ -491,7 +508,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
     }
     if (nc == 0) return DSP_OK;
     float dcost = nb ? e->prof.draft_rel + (float)(nb - 1) * e->prof.draft_rel_per_req : 0;
-    dsp_cost_choose(&e->prof, base_rows, base_extra, n_decode, host_cost(e) + dcost, 0, e->creqs, nc); /* the drafter has run */
+    dsp_cost_choose_max(&e->prof, base_rows, base_extra, n_decode, host_cost(e) + dcost, 0, e->creqs, nc, max_drafts); /* the drafter has run */
     nc = 0;
     for (int i = 0; i < e->n_running; i++) {
         dsp_req *r = e->running[i];

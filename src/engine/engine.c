@@ -599,7 +599,7 @@ static void fit_round(dsp_engine *e, int rows, double ms) {
  * request (drafts not counted), and at least one prefill row. Without one: the online linear fit
  * of round time against rows, and at least DSP_ENGINE_MIN_CHUNK prefill rows (a coarse fit must
  * not starve the prefill). */
-static int prefill_budget(const dsp_engine *e, int decode_rows, int n_decoding, uint32_t pos) {
+int dsp_engine_prefill_budget(const dsp_engine *e, int decode_rows, int n_decoding, uint32_t pos) {
     int budget = e->batch_tokens;
     const double w = e->fit_w, var = w * e->fit_xx - e->fit_x * e->fit_x;
     if (e->have_prof && e->prof.n > 0) {
@@ -777,7 +777,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
             pf_pos = e->running[i]->kv.n_tokens;
             break;
         }
-    const int budget = n > 0 ? prefill_budget(e, n, n_seqs, pf_pos) : e->batch_tokens;
+    const int budget = n > 0 ? dsp_engine_prefill_budget(e, n, n_seqs, pf_pos) : e->batch_tokens;
     for (int i = 0; i < e->n_running && n < budget; i++) {
         dsp_req *r = e->running[i];
         if (r->state != DSP_REQ_PREFILL || n_logits >= e->max_rows) continue;

@@ -13,6 +13,10 @@
  * (the server measures it at start), else from the engine's online fit of round time against
  * rows; so that prefill always progresses, a chunk has at least one row (with the profile) or
  * DSP_ENGINE_MIN_CHUNK rows (with the fit). Alone, a prefill takes the whole --batch-tokens budget.
+ * Drafts share that budget (draft.c): while a prompt is pending, --max-draft auto counts the chunk
+ * the budget leaves next to the decoding rows (not the whole prompt) and verifies at most all but
+ * one of its rows in drafts, so a round stays within the budget whenever its decoding rows alone do
+ * (drafts come back once the prefill is done); a fixed --max-draft N is not limited.
  *
  * KV admission control: a request is admitted only when the blocks it may still need (prompt +
  * max_tokens, capped by the context) fit in what is free or evictable after the promises made to
@@ -165,6 +169,9 @@ dsp_status dsp_engine_draft_setup(dsp_engine *e, dsp_req *r, dsp_drafter *drafte
 uint32_t dsp_engine_draft_slack(const dsp_engine *e, const dsp_req *r);
 /* Before the layout: every decoding request's drafts for this round (r->k, r->draft). */
 dsp_status dsp_engine_draft_round(dsp_engine *e);
+/* Rows a round with decode_rows decoding rows (n_decoding requests) may take in total, prefill
+ * chunks included, the first prefill waiting at position pos (engine.c; at least decode_rows + 1) */
+int dsp_engine_prefill_budget(const dsp_engine *e, int decode_rows, int n_decoding, uint32_t pos);
 /* The round's target forward plus the drafter's context step over the same rows; with argmax,
  * only the rows' argmax comes back (e->argmax), not their logits. */
 dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax);

@@ -92,6 +92,11 @@ static double extra_keys_of(const dsp_spec_profile *p, const dsp_cost_req *r) {
 
 void dsp_cost_choose(const dsp_spec_profile *p, int base_rows, double base_extra_keys, int n_tokens, float sunk_cost, float draft_cost,
                      dsp_cost_req *reqs, int n) {
+    dsp_cost_choose_max(p, base_rows, base_extra_keys, n_tokens, sunk_cost, draft_cost, reqs, n, -1);
+}
+
+void dsp_cost_choose_max(const dsp_spec_profile *p, int base_rows, double base_extra_keys, int n_tokens, float sunk_cost, float draft_cost,
+                         dsp_cost_req *reqs, int n, int max_drafts) {
     for (int j = 0; j < n; j++) reqs[j].k = 0;
     /* pass 1: walk the whole ranking, remember the length of its best prefix */
     double tokens = n_tokens, extra = base_extra_keys;
@@ -100,7 +105,7 @@ void dsp_cost_choose(const dsp_spec_profile *p, int base_rows, double base_extra
     double best = base;
     for (;;) {
         float aq;
-        int q = next_candidate(reqs, n, &aq);
+        int q = max_drafts >= 0 && taken >= max_drafts ? -1 : next_candidate(reqs, n, &aq);
         if (q < 0) break;
         tokens += aq, extra += extra_keys_of(p, &reqs[q]), rows++, taken++;
         reqs[q].k++;
