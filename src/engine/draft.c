@@ -40,13 +40,26 @@ uint64_t dsp_engine_draft_kv_bytes(const dsp_block_drafter *bd) {
     return 2ull * (uint64_t)in->n_layers * (uint64_t)in->n_head_kv * (uint64_t)in->head_dim * sizeof(float);
 }
 
-dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path) {
+/* --draft-vocab auto: AUTO_VOCAB_SUBSET tokens when the target's vocabulary has more than
+ * AUTO_VOCAB_MIN (README "Draft vocabulary" has the measurements behind both), else all. */
+#define AUTO_VOCAB_MIN 32768
+#define AUTO_VOCAB_SUBSET 16384
+static int32_t draft_vocab_size(int32_t want, int32_t n_vocab) {
+    if (want == DSP_DRAFT_VOCAB_FULL) return 0;
+    if (want == DSP_DRAFT_VOCAB_AUTO) return n_vocab > AUTO_VOCAB_MIN ? AUTO_VOCAB_SUBSET : 0;
+    return want;
+}
+
+dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path, int32_t draft_vocab) {
     (void)path;
     const dsp_block_info *in = e->bdi;
+    if (draft_vocab < DSP_DRAFT_VOCAB_FULL || draft_vocab > e->n_vocab)
+        return dsp_error(DSP_ERR_INVALID_ARG, "draft vocabulary %d: give 1..%d tokens (the model's vocabulary), 0 for auto or %d for all",
+                         draft_vocab, e->n_vocab, DSP_DRAFT_VOCAB_FULL);
     e->max_breqs = e->max_batch < 8 ? e->max_batch : 8;
     e->breqs = calloc((size_t)e->max_batch, sizeof *e->breqs);
     if (!e->breqs) return dsp_error(DSP_ERR_NOMEM, "no memory");
-    dsp_block_limits lim = {e->batch_tokens, e->max_breqs, e->n_ctx};
+    dsp_block_limits lim = {e->batch_tokens, e->max_breqs, e->n_ctx, draft_vocab_size(draft_vocab, e->n_vocab)};
     dsp_status st = dsp_block_attach(e->bd, e->be, e->kv, in->shares_embd ? dsp_fwd_embd(e->fwd) : NULL,
                                      in->shares_head ? dsp_fwd_output(e->fwd) : NULL, &lim);
     if (st) return st;
@@ -54,6 +67,7 @@ dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path) {
              in->dspark ? "DSpark" : "DFlash", in->block, in->n_draft, in->n_layers, in->tap_layers[0], in->tap_layers[in->n_taps - 1],
              in->n_taps, in->shares_embd && in->shares_head ? "embedding and LM head shared with the target" : "own embedding/LM head",
              in->markov_rank ? ", Markov head" : "");
+    DSP_LOGD("drafter %s: draft vocabulary %d of %d tokens (%s)", in->path, in->draft_vocab, e->n_vocab, in->draft_vocab_source);
     return DSP_OK;
 }
 
@@ -75,6 +89,8 @@ bool dsp_engine_drafter_info(const dsp_engine *e, dsp_drafter_info *out) {
     out->shares_embedding = in->shares_embd;
     out->shares_lm_head = in->shares_head;
     out->n_params = in->n_params;
+    out->draft_vocab = in->draft_vocab;
+    out->draft_vocab_source = in->draft_vocab_source;
     return true;
 }
 
@@ -261,10 +277,10 @@ static void profile_key(const dsp_engine *e, const char *build, char *key, size_
     const dsp_weights *w = &e->m->w;
     /* the weight types (--quantize changes them in the same file) and the drafter's shared
      * embedding / head (block_load.c share) change the costs */
-    snprintf(key, cap, "model=%s:%llu:%lld:%s/%s/%s|drafter=%s:%llu:%d%d|backend=%s|batch=%d:%d|ctx=%u|version=%s|build=%s", e->m->path,
+    snprintf(key, cap, "model=%s:%llu:%lld:%s/%s/%s|drafter=%s:%llu:%d%d:v%d|backend=%s|batch=%d:%d|ctx=%u|version=%s|build=%s", e->m->path,
              (unsigned long long)e->m->info.file_size, mt, dsp_dtype_name(w->tok_embd->type), dsp_dtype_name(w->output->type),
              dsp_dtype_name(w->layers[0].ffn_down->type), e->bd ? e->bdi->path : "", e->bd ? (unsigned long long)e->bdi->n_params : 0ull,
-             e->bd ? (int)e->bdi->shares_embd : 0, e->bd ? (int)e->bdi->shares_head : 0, e->be->desc, e->max_batch, e->batch_tokens, e->n_ctx,
+             e->bd ? (int)e->bdi->shares_embd : 0, e->bd ? (int)e->bdi->shares_head : 0, e->bd ? e->bdi->draft_vocab : 0, e->be->desc, e->max_batch, e->batch_tokens, e->n_ctx,
              DSP_LIB_VERSION, build);
 }
 

@@ -50,6 +50,7 @@ void dsp_block_destroy(dsp_block_drafter *d) {
     free(d->layers);
     free(d->btok), free(d->bpos), free(d->bseq), free(d->bkeys), free(d->brow), free(d->bseqs), free(d->bout0), free(d->bmrow);
     free(d->hlogits), free(d->hhid), free(d->he), free(d->hbias), free(d->conf_wf);
+    free(d->vids), free(d->head_sub_mem), free(d->w2_sub_mem);
     dsp_model_destroy(d->m);
     free(d);
 }
@@ -83,6 +84,8 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
     const size_t E = (size_t)hp->n_embd, V = (size_t)hp->n_vocab, qd = (size_t)hp->n_head * (size_t)hp->head_dim;
     const size_t kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim, F = (size_t)hp->n_ff, r = (size_t)in->markov_rank;
     const size_t R = (size_t)lim->max_reqs, nd = (size_t)in->n_draft;
+    if (lim->n_vocab_draft < 0 || lim->n_vocab_draft > (int32_t)V)
+        return dsp_error(DSP_ERR_INVALID_ARG, "draft vocabulary of %d tokens: the target's vocabulary has %zu (0 = all of it)", lim->n_vocab_draft, V);
     d->max_rows = lim->max_ctx_rows > lim->max_reqs * in->block ? lim->max_ctx_rows : lim->max_reqs * in->block;
     const size_t T = (size_t)d->max_rows;
     int width = (int)(E > F ? E : F);
@@ -95,13 +98,22 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
         (st = dsp_kv_pool_add_store(pool, copy_block, d)))
         return st;
     /* weights */
-    if ((st = wup(d, d->fc, &d->b_fc)) || (st = wup(d, d->hidden_norm, &d->b_hnorm)) || (st = wup(d, d->norm, &d->b_norm)) ||
-        (st = wup(d, d->mk_w2, &d->b_w2)))
+    if ((st = wup(d, d->fc, &d->b_fc)) || (st = wup(d, d->hidden_norm, &d->b_hnorm)) || (st = wup(d, d->norm, &d->b_norm)))
         return st;
+    /* the draft vocabulary: gathered copies of the head's and W2's rows */
+    d->Vd = (int)V;
+    if (lim->n_vocab_draft > 0 && lim->n_vocab_draft < (int32_t)V && (st = dsp_block_pick_vocab(d, lim->n_vocab_draft))) return st;
+    const size_t Vd = (size_t)d->Vd;
+    d->info.draft_vocab = d->Vd;
+    if (!d->vids) d->info.draft_vocab_source = "full";
+    if ((st = wup(d, d->mk_w2 && d->vids ? &d->w2_sub : d->mk_w2, &d->b_w2))) return st;
     if (in->shares_embd && target_embd) d->b_embd = (dsp_bweight *)target_embd;
     else if ((st = wup(d, d->embd, &d->b_embd))) return st;
     else d->own_embd = true;
-    if (in->shares_head && target_head) d->b_head = (dsp_bweight *)target_head;
+    if (d->vids) {
+        if ((st = wup(d, &d->head_sub, &d->b_head))) return st;
+        d->own_head = true;
+    } else if (in->shares_head && target_head) d->b_head = (dsp_bweight *)target_head;
     else if (in->shares_head && d->head == d->embd && d->own_embd) d->b_head = d->b_embd; /* a tied target without its forward */
     else if ((st = wup(d, d->head, &d->b_head))) return st;
     else d->own_head = true;
@@ -119,8 +131,8 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
     /* buffers */
     if ((st = buf(d, T, E, &d->x)) || (st = buf(d, T, E, &d->h)) || (st = buf(d, T, qd, &d->q)) || (st = buf(d, T, kvd, &d->k)) ||
         (st = buf(d, T, kvd, &d->v)) || (st = buf(d, T, qd, &d->att)) || (st = buf(d, T, F, &d->gate)) || (st = buf(d, T, F, &d->up)) ||
-        (st = buf(d, R * nd, V, &d->logits)) || (st = buf(d, 1, (size_t)hp->rope_dim / 2, &d->inv_freq)) ||
-        (r && ((st = buf(d, R, r, &d->mk_e)) || (st = buf(d, R, V, &d->mk_y)))))
+        (st = buf(d, R * nd, Vd, &d->logits)) || (st = buf(d, 1, (size_t)hp->rope_dim / 2, &d->inv_freq)) ||
+        (r && ((st = buf(d, R, r, &d->mk_e)) || (st = buf(d, R, Vd, &d->mk_y)))))
         return st;
     d->btok = malloc(T * sizeof(int32_t));
     d->bpos = malloc(T * sizeof(int32_t));
@@ -130,10 +142,10 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
     d->bseqs = malloc(R * sizeof *d->bseqs);
     d->bout0 = malloc(R * sizeof *d->bout0);
     d->bmrow = malloc(R * sizeof *d->bmrow);
-    d->hlogits = malloc(R * nd * V * sizeof(float));
+    d->hlogits = malloc(R * nd * Vd * sizeof(float));
     d->hhid = malloc(R * nd * E * sizeof(float));
     d->he = malloc(R * (r ? r : 1) * sizeof(float));
-    d->hbias = malloc(R * (r ? V : 1) * sizeof(float));
+    d->hbias = malloc(R * (r ? Vd : 1) * sizeof(float));
     d->conf_wf = malloc((E + r) * sizeof(float));
     float *inv = malloc((size_t)(hp->rope_dim / 2 > 0 ? hp->rope_dim / 2 : 1) * sizeof(float));
     if (!d->btok || !d->bpos || !d->bseq || !d->bkeys || !d->brow || !d->bseqs || !d->bout0 || !d->bmrow || !d->hlogits || !d->hhid || !d->he || !d->hbias ||
@@ -211,7 +223,7 @@ static int32_t argmax(const float *z, int V) {
     return best;
 }
 
-/* x ~ softmax(z / T) by the inverse CDF of one uniform; q receives the distribution */
+/* x ~ softmax(z / T) by the inverse CDF of one uniform; q receives the distribution (q may be z) */
 static int32_t sample(const float *z, int V, float T, dsp_rng *rng, float *q) {
     float mx = z[argmax(z, V)];
     double sum = 0;
@@ -239,8 +251,9 @@ dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
     const dsp_backend_ops *o = d->be->ops;
     const dsp_block_info *in = &d->info;
     const dsp_hparams *hp = &d->m->hp;
-    const int E = hp->n_embd, V = hp->n_vocab, r = in->markov_rank;
+    const int E = hp->n_embd, V = d->Vd, r = in->markov_rank; /* V: the draft vocabulary's size */
     const int qd = hp->n_head * hp->head_dim;
+    const int32_t *vids = d->vids;
     dsp_status st;
     /* the rows; the KV blocks of the block positions */
     int rows = 0, n_out = 0, max_want = 0;
@@ -338,8 +351,24 @@ dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
                 const float *b = d->hbias + (size_t)mrow[j] * (size_t)V;
                 for (int i = 0; i < V; i++) z[i] += b[i];
             }
-            if (q->top) top3(z, V, q->top_ids[k], q->top_vals[k]);
-            q->draft[k] = q->temperature > 0 ? sample(z, V, q->temperature, q->rng, q->q + (size_t)k * (size_t)V) : argmax(z, V);
+            if (q->top) {
+                top3(z, V, q->top_ids[k], q->top_vals[k]);
+                for (int t = 0; vids && t < DSP_BLOCK_TOPK; t++)
+                    if (q->top_ids[k][t] >= 0) q->top_ids[k][t] = vids[q->top_ids[k][t]];
+            }
+            if (q->temperature > 0) {
+                /* q's row is over the whole vocabulary: the subset's probabilities, zero elsewhere */
+                float *qk = q->q + (size_t)k * (size_t)hp->n_vocab;
+                int32_t x = sample(z, V, q->temperature, q->rng, vids ? z : qk);
+                if (vids) {
+                    memset(qk, 0, sizeof(float) * (size_t)hp->n_vocab);
+                    for (int i = 0; i < V; i++) qk[vids[i]] = z[i];
+                }
+                q->draft[k] = vids ? vids[x] : x;
+            } else {
+                int32_t x = argmax(z, V);
+                q->draft[k] = vids ? vids[x] : x;
+            }
         }
     }
     return DSP_OK;
