@@ -224,9 +224,10 @@ typedef struct dsp_engine_params {
                               * vocabulary, tap layers, mask token, embedding/head copies) at creation. */
     int32_t draft_vocab;    /* the block drafter's draft vocabulary (README "Draft vocabulary"): its LM head
                              * runs over this many tokens only and drafts come from them; lossless either
-                             * way. DSP_DRAFT_VOCAB_AUTO (0, the default): a subset when the target's
-                             * vocabulary is large (dsp_engine_auto_draft_vocab); DSP_DRAFT_VOCAB_FULL:
-                             * every token; 1..n_vocab: that many (more than n_vocab is an error) */
+                             * way. DSP_DRAFT_VOCAB_AUTO (0, the default): 16384 tokens when the vocabulary
+                             * has more than 32768 and the LM head is at least 1/8 of the model's
+                             * parameters, else all; DSP_DRAFT_VOCAB_FULL: every token; 1..n_vocab: that
+                             * many (more than n_vocab, or below DSP_DRAFT_VOCAB_FULL, is an error) */
 } dsp_engine_params;
 #define DSP_DRAFT_VOCAB_AUTO 0
 #define DSP_DRAFT_VOCAB_FULL (-1)

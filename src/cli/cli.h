@@ -60,7 +60,7 @@ bool dsp_cli_parse_draft_vocab(const char *s, int32_t *out);
     "      --draft-model D     a DFlash or DSpark drafter for the model: a Hugging Face directory or repo id\n" \
     "      --draft-vocab N|auto  the drafter proposes only the N most frequent tokens (its LM head runs over\n" \
     "                          N rows; lossless either way); 0: every token; auto (default): 16384 when the\n" \
-    "                          vocabulary is larger than 32768, else every token (README)\n"
+    "                          vocabulary is over 32768 and the LM head >= 1/8 of the model, else all (README)\n"
 /* the help lines of the speculation options (dsp_cli_parse_gen_opt) */
 #define DSP_CLI_SPEC_HELP                                                                                       \
     "      --mode M            speculation: auto (default: with --draft-model, per round whichever of a\n"     \

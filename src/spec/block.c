@@ -15,6 +15,9 @@
  *   confidence logit c_k = w . [h_k ; W1[prev]] + b                (host; h_k the normed row)
  *   Markov bias = W2 . W1[prev] (one small forward for all requests) added to slot k's logits;
  *   draft[k] = argmax (or a sample of softmax(z / T), whose distribution is kept as q).
+ * With a draft vocabulary (block.h) "head" and W2 are gathered copies of N token rows: z has N
+ * entries, argmax / samples / top-3 map back through vids, and q is scattered onto the whole
+ * vocabulary (zero outside the subset).
  * Everything a step needs is allocated at attach; a step allocates nothing. */
 #include "spec/block_internal.h"
 
