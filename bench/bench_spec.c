@@ -126,11 +126,13 @@ static void cfg_name(dsp_spec_mode mode, int md, char *buf, size_t cap) {
 }
 
 #define USAGE "usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--mode M,M,...] [--draft-model D]\n" \
+              "                  [--draft-vocab N|auto|0]\n" \
               "                  [--max-draft N,N,...|auto] [--reps R] [-t THREADS] [--backend cpu|cuda] [--kv-type f16|bf16] [--json]\n"
 
 int main(int argc, char **argv) {
     const char *model = NULL, *dir = "bench/prompts", *sets = "copy,chat", *drafts = "8", *draft_model = NULL, *modes = "lookup";
     int n_tokens = 128, reps = 3, threads = 2;
+    int32_t draft_vocab = DSP_DRAFT_VOCAB_AUTO;
     dsp_device device = DSP_DEVICE_CPU;
     dsp_kv_type kv_type = DSP_KV_DEFAULT;
     bool json = false;
@@ -143,6 +145,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-n") && v) n_tokens = atoi(argv[++i]);
         else if (!strcmp(a, "--max-draft") && v) drafts = argv[++i];
         else if (!strcmp(a, "--draft-model") && v) draft_model = argv[++i];
+        else if (!strcmp(a, "--draft-vocab") && v) {
+            const char *b = argv[++i];
+            char *end = NULL;
+            long x = strtol(b, &end, 10);
+            if (!strcmp(b, "auto")) draft_vocab = DSP_DRAFT_VOCAB_AUTO;
+            else if (end != b && !*end && x >= 0 && x <= (1L << 24)) draft_vocab = x ? (int32_t)x : DSP_DRAFT_VOCAB_FULL;
+            else {
+                fprintf(stderr, "bench_spec: --draft-vocab: '%s' is not a number of tokens, 0 (every token) or auto\n", b);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--mode") && v) modes = argv[++i];
         else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
         else if (!strcmp(a, "-t") && v) threads = atoi(argv[++i]);
@@ -207,6 +220,7 @@ int main(int argc, char **argv) {
     cp.max_batch = 1;
     cp.no_prefix_cache = true; /* no prefix reuse between modes: each run prefills */
     cp.draft_model = draft_model;
+    cp.draft_vocab = draft_vocab;
     cp.device = device;
     cp.kv_type = kv_type;
     dsp_engine *c;
@@ -328,8 +342,11 @@ int main(int argc, char **argv) {
     if (json) {
         printf("{\"machine\": {\"cpu\": \"%s\", \"cores_online\": %ld, \"mem_mib\": %ld, \"kernel\": \"%s %s\", \"commit\": \"%s\"}, ", cpu,
                sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, DSP_GIT_COMMIT);
-        printf("\"model\": \"%s\", \"draft_model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"max_tokens\": %d, \"reps\": %d, \"sets\": [",
-               model, draft_model ? draft_model : "", dsp_engine_backend(c), threads, n_tokens, reps);
+        dsp_drafter_info di;
+        bool have_di = dsp_engine_drafter_info(c, &di);
+        printf("\"model\": \"%s\", \"draft_model\": \"%s\", \"draft_vocab\": %d, \"backend\": \"%s\", \"threads\": %d, \"max_tokens\": %d, "
+               "\"reps\": %d, \"sets\": [",
+               model, draft_model ? draft_model : "", have_di ? di.draft_vocab : 0, dsp_engine_backend(c), threads, n_tokens, reps);
         for (int i = 0; i < n_sets; i++) {
             printf("%s{\"name\": \"%s\", \"prompts\": %d, \"baseline_tok_per_s\": %.3f, \"mismatches\": %d, \"configs\": [", i ? ", " : "", res[i].name,
                    res[i].n_prompts, res[i].base_tps, res[i].mismatches);

@@ -222,7 +222,15 @@ typedef struct dsp_engine_params {
     const char *draft_model; /* a block drafter (DFlash or DSpark): a Hugging Face directory or a repo id in
                               * the hub cache; NULL: none. Checked against the model (hidden size,
                               * vocabulary, tap layers, mask token, embedding/head copies) at creation. */
+    int32_t draft_vocab;    /* the block drafter's draft vocabulary (README "Draft vocabulary"): its LM head
+                             * runs over this many tokens only and drafts come from them; lossless either
+                             * way. DSP_DRAFT_VOCAB_AUTO (0, the default): 16384 tokens when the vocabulary
+                             * has more than 32768 and the LM head is at least 1/8 of the model's
+                             * parameters, else all; DSP_DRAFT_VOCAB_FULL: every token; 1..n_vocab: that
+                             * many (more than n_vocab, or below DSP_DRAFT_VOCAB_FULL, is an error) */
 } dsp_engine_params;
+#define DSP_DRAFT_VOCAB_AUTO 0
+#define DSP_DRAFT_VOCAB_FULL (-1)
 
 dsp_engine_params dsp_engine_default_params(void);
 dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *p, dsp_engine **out);
@@ -437,6 +445,8 @@ typedef struct dsp_drafter_info {
     bool confidence_head;
     bool shares_embedding, shares_lm_head; /* uses the target's tensors (no copy, or an equal one) */
     uint64_t n_params;          /* elements of the drafter's own tensors */
+    int32_t draft_vocab;        /* tokens drafts are taken from (the vocabulary size: all of them) */
+    const char *draft_vocab_source; /* "full", "token id order", "draft_vocab.json" (+ "token id order") */
 } dsp_drafter_info;
 /* false (and *out zeroed) when the engine has no block drafter */
 bool dsp_engine_drafter_info(const dsp_engine *e, dsp_drafter_info *out);

@@ -41,14 +41,17 @@ SHAPES = {
     "qwen3-4b": dict(H=2560, L=36, heads=32, kv=8, hd=128, ffn=9728, V=151936, r=256, mask=151669),
     "qwen3-4b-half": dict(H=1280, L=36, heads=16, kv=4, hd=128, ffn=4864, V=75968, r=128, mask=75967),
     "tiny": dict(H=64, L=6, heads=4, kv=2, hd=32, ffn=128, V=1024, r=32, mask=1023),
-    # the default model's shape (SmolLM2-135M: a Llama, here as a Qwen3 of its sizes) with the drafter
-    # scripts/train-default-drafter trains: 3 layers, 4 taps, Markov rank 64
-    "smollm2": dict(H=576, L=30, heads=9, kv=3, hd=64, ffn=1536, V=49152, r=64, mask=16, dl=3, taps=[1, 10, 18, 27]),
+    # the default model's trained drafter (bench/results/drafter-smollm2-135m-dspark.json): use with
+    # --drafter-only and the GGUF target (models/SmolLM2-135M-Instruct.Q4_1.gguf)
+    "smollm2-135m": dict(H=576, L=30, heads=9, kv=3, hd=64, ffn=1536, V=49152, r=64, mask=16, layers=3, taps=[1, 10, 18, 27],
+                         rope_theta=100000.0),
 }
 DRAFT_LAYERS, BLOCK, TAPS_4B = 5, 7, [1, 9, 17, 25, 33]
 
 
-def taps(n_layers: int) -> list[int]:
+def taps(n_layers: int, s: dict | None = None) -> list[int]:
+    if s and "taps" in s:
+        return s["taps"]
     return TAPS_4B if n_layers == 36 else [round(1 + i * (n_layers - 4) / 4) for i in range(5)]
 
 
@@ -105,13 +108,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-4b")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=4242)
+    ap.add_argument("--drafter-only", action="store_true", help="write OUT/dspark only (for an existing target, e.g. a GGUF)")
     a = ap.parse_args(argv)
     s = SHAPES[a.shape]
     rng = np.random.default_rng(a.seed)
     tdir, ddir = os.path.join(a.out, "target"), os.path.join(a.out, "dspark")
-    os.makedirs(tdir, exist_ok=True)
     os.makedirs(ddir, exist_ok=True)
-    # the target
+    if not a.drafter_only:
+        write_target(s, tdir, rng)
+    write_drafter(s, ddir, rng)
+    print(f"{a.out}: {'' if a.drafter_only else f'target {tdir}, '}drafter {ddir} ({a.shape})")
+    return 0
+
+
+def write_target(s: dict, tdir: str, rng) -> None:
+    os.makedirs(tdir, exist_ok=True)
     cfg = dict(base_config(s), architectures=["Qwen3ForCausalLM"], num_hidden_layers=s["L"], tie_word_embeddings=True,
                rope_theta=1000000.0, rope_scaling=None)
     mth.write_json(os.path.join(tdir, "config.json"), cfg)
@@ -124,20 +135,21 @@ def main(argv: list[str] | None = None) -> int:
     mth.write_json(os.path.join(tdir, "tokenizer.json"), tok)
     mth.write_json(os.path.join(tdir, "tokenizer_config.json"),
                    {"tokenizer_class": "Qwen2Tokenizer", "add_bos_token": False, "eos_token": "<|im_end|>", "bos_token": None})
-    # the drafter (DeepSpec layout; DRAFTERS.md §2.4-2.5)
-    r, H = s["r"], s["H"]
-    dl, tl = s.get("dl", DRAFT_LAYERS), s.get("taps", taps(s["L"]))
-    dcfg = dict(base_config(s), architectures=["Qwen3DSparkModel"], num_hidden_layers=dl, num_target_layers=s["L"],
-                block_size=BLOCK, tie_word_embeddings=False, layer_types=["full_attention"] * dl, mask_token_id=s["mask"],
+
+
+def write_drafter(s: dict, ddir: str, rng) -> None:
+    """the drafter (DeepSpec layout; DRAFTERS.md §2.4-2.5)"""
+    r, H, nl, tl = s["r"], s["H"], s.get("layers", DRAFT_LAYERS), taps(s["L"], s)
+    dcfg = dict(base_config(s), architectures=["Qwen3DSparkModel"], num_hidden_layers=nl, num_target_layers=s["L"],
+                block_size=BLOCK, tie_word_embeddings=False, layer_types=["full_attention"] * nl, mask_token_id=s["mask"],
                 target_layer_ids=tl, num_anchors=512, enable_confidence_head=True, confidence_head_with_markov=True,
-                markov_rank=r, markov_head_type="vanilla", rope_parameters={"rope_theta": 1000000.0, "rope_type": "default"})
+                markov_rank=r, markov_head_type="vanilla",
+                rope_parameters={"rope_theta": s.get("rope_theta", 1000000.0), "rope_type": "default"})
     mth.write_json(os.path.join(ddir, "config.json"), dcfg)
     dspecs = [("fc.weight", (H, len(tl) * H)), ("hidden_norm.weight", (H,)), ("norm.weight", (H,)),
               ("markov_head.markov_w1.weight", (s["V"], r)), ("markov_head.markov_w2.weight", (s["V"], r)),
-              ("confidence_head.proj.weight", (1, H + r)), ("confidence_head.proj.bias", (1,))] + layer_specs(s, "", dl)
+              ("confidence_head.proj.weight", (1, H + r)), ("confidence_head.proj.bias", (1,))] + layer_specs(s, "", nl)
     stream_safetensors(os.path.join(ddir, "model.safetensors"), dspecs, filler(rng))
-    print(f"{a.out}: target {tdir}, drafter {ddir} ({a.shape})")
-    return 0
 
 
 if __name__ == "__main__":

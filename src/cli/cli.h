@@ -4,6 +4,7 @@
 #define DSP_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef struct dsp_cli_cmd {
@@ -41,6 +42,8 @@ int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, struct dsp_gen_params 
  * --max-batch, --kv-memory, --no-prefix-cache, --device/--backend auto|cpu|cuda, --gpu N,
  * --precision q8|f32. */
 int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_params *cp, bool *handled);
+/* --draft-vocab N|auto|0 -> dsp_engine_params.draft_vocab; prints the error and returns false */
+bool dsp_cli_parse_draft_vocab(const char *s, int32_t *out);
 /* the help lines for those */
 #define DSP_CLI_ENGINE_HELP                                                                                    \
     "  -c, --ctx N             context length per sequence (default min(model, 4096))\n"                       \
@@ -54,7 +57,10 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_pa
     "      --kv-memory SIZE    KV cache size, e.g. 512M (default: max-batch full contexts, at most 1/4 RAM)\n"   \
     "      --no-prefix-cache   do not reuse the KV of earlier requests\n"                                      \
     "      --precision P       CPU matmuls: q8 (default: 8-bit activations, integer dot products) or f32\n"      \
-    "      --draft-model D     a DFlash or DSpark drafter for the model: a Hugging Face directory or repo id\n"
+    "      --draft-model D     a DFlash or DSpark drafter for the model: a Hugging Face directory or repo id\n" \
+    "      --draft-vocab N|auto  the drafter proposes only the N most frequent tokens (its LM head runs over\n" \
+    "                          N rows; lossless either way); 0: every token; auto (default): 16384 when the\n" \
+    "                          vocabulary is over 32768 and the LM head >= 1/8 of the model, else all (README)\n"
 /* the help lines of the speculation options (dsp_cli_parse_gen_opt) */
 #define DSP_CLI_SPEC_HELP                                                                                       \
     "      --mode M            speculation: auto (default: with --draft-model, per round whichever of a\n"     \

@@ -59,6 +59,7 @@ static void usage(FILE *f) {
             "                       same run (interleaved repeats): speedup, accepted-length histogram, drafts\n"
             "                       verified per round, drafter and verify time per round\n"
             "      --draft-model D  a DFlash/DSpark drafter for the model (directory or repo id)\n"
+            "      --draft-vocab N|auto  its draft vocabulary: N tokens, 0 = every token (default auto; generate -h)\n"
             "      --max-draft N|auto, --dspark-threshold T, --dspark-cumulative T, --hybrid-min N,\n"
             "      --draft-argmax, --lookup-min N, --lookup-max N   as for dspark generate (see its -h);\n"
             "                       with --max-draft auto the cost profile is measured first and printed\n"
@@ -316,6 +317,8 @@ static void add_stats(dsp_gen_result *sum, const dsp_gen_result *r) {
 
 /* dsp_generate of DECODE_TOKENS after g_decode_prompt through the engine on bp's device, a warm-up
  * and `repeat` runs; a speculative mode alternates with baseline runs (drifts in load hit both) */
+static int32_t g_draft_vocab = DSP_DRAFT_VOCAB_AUTO; /* --draft-vocab */
+
 static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const char *draft_model, FILE *trace, const dsp_gen_params *gp, int repeat,
                          double *dec, double *dec_cpu, dec_result *dr, spec_report *sr) {
     dsp_engine_params cp = dsp_engine_default_params();
@@ -324,6 +327,7 @@ static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const char 
     cp.n_threads = bp->n_threads;
     cp.max_batch = 1;
     cp.draft_model = draft_model;
+    cp.draft_vocab = g_draft_vocab;
     cp.precision = bp->f32_activations ? DSP_PRECISION_F32 : DSP_PRECISION_Q8;
     if (cp.device == DSP_DEVICE_CUDA) cp.kv_type = bp->kv_type == DSP_BF16 ? DSP_KV_BF16 : bp->kv_type == DSP_F16 ? DSP_KV_F16 : DSP_KV_DEFAULT;
     dsp_engine *c = NULL;
@@ -378,7 +382,8 @@ static void spec_json(const spec_report *sr, const dsp_gen_params *gp, int repea
         if (sr->have_drafter) {
             printf(", \"drafter\": {\"path\": \"");
             for (const char *p = sr->di.path; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
-            printf("\", \"kind\": \"%s\", \"layout\": \"%s\", \"block\": %d}", sr->di.kind, sr->di.layout, sr->di.block);
+            printf("\", \"kind\": \"%s\", \"layout\": \"%s\", \"block\": %d, \"draft_vocab\": %d}", sr->di.kind, sr->di.layout, sr->di.block,
+                   sr->di.draft_vocab);
         }
     }
     if (sr->have_prof) {
@@ -401,7 +406,9 @@ static void spec_text(const spec_report *sr, int repeat) {
         for (int k = 0; k < DSP_MAX_DRAFT + 2; k++) emitted += (size_t)k * s->accept_hist[k];
         printf("spec      baseline %.1f tok/s in the same run: speedup %.2fx (median of per-repeat ratios)\n", median(sr->base, repeat),
                median(sr->ratio, repeat));
-        if (sr->have_drafter) printf("          drafter %s (%s %s, block %d)\n", sr->di.path, sr->di.layout, sr->di.kind, sr->di.block);
+        if (sr->have_drafter)
+            printf("          drafter %s (%s %s, block %d, draft vocabulary %d)\n", sr->di.path, sr->di.layout, sr->di.kind, sr->di.block,
+                   sr->di.draft_vocab);
         printf("          %.2f tokens per round, %zu/%zu drafts accepted; drafter %.2f ms per drafted round, verify %.2f ms per round\n",
                s->n_rounds ? (double)emitted / (double)s->n_rounds : 0, s->n_accepted, s->n_drafted,
                s->n_block_rounds ? s->draft_ms / (double)s->n_block_rounds : 0, s->n_rounds ? s->verify_ms / (double)s->n_rounds : 0);
@@ -448,6 +455,9 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has_val) threads = atoi(argv[++i]);
         else if ((!strcmp(a, "-r") || !strcmp(a, "--repeat")) && has_val) repeat = atoi(argv[++i]);
         else if (!strcmp(a, "--draft-model") && has_val) draft = argv[++i];
+        else if (!strcmp(a, "--draft-vocab") && has_val) {
+            if (!dsp_cli_parse_draft_vocab(argv[++i], &g_draft_vocab)) return 2;
+        }
         else if (!strcmp(a, "--trace-rounds") && has_val) trace_path = argv[++i];
         else if (!strcmp(a, "--bw-mb") && has_val) bw_mb = atoi(argv[++i]);
         else if (!strcmp(a, "--json")) json = true;

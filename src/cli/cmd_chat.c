@@ -24,7 +24,8 @@ static void usage(FILE *f) {
                "      --temperature T, --top-p P, --top-k K, --min-p P, --seed S,\n"
                "      --presence-penalty X, --frequency-penalty X, --repeat-penalty X, --stop TEXT\n"
                "      --mode auto|dspark|dflash|hybrid|lookup|baseline, --max-draft N|auto, --dspark-threshold T,\n"
-               "      --hybrid-min N, --lookup-min N, --lookup-max N, --draft-model D\n"
+               "      --hybrid-min N, --lookup-min N, --lookup-max N, --draft-model D,\n"
+               "      --draft-vocab N|auto\n"
                "                          speculative decoding (lossless; default auto, see dspark generate -h)\n"
                DSP_CLI_ENGINE_HELP);
 }

@@ -96,8 +96,10 @@ void dsp_cli_log_spec(const dsp_engine *e, const dsp_gen_params *gp) {
     else snprintf(md, sizeof md, "%d", gp->max_draft);
     dsp_spec_mode mode = dsp_engine_resolve_mode(e, gp->mode);
     if (dsp_engine_drafter_info(e, &di))
-        fprintf(stderr, "dspark: speculation %s, max draft %s; drafter %s (%s %s, block %d, %d layers%s)\n", dsp_spec_mode_to_string(mode), md, di.path,
-                di.layout, di.kind, di.block, di.n_layers, di.markov_rank ? ", Markov head" : "");
+        fprintf(stderr, "dspark: speculation %s, max draft %s; drafter %s (%s %s, block %d, %d layers%s, draft vocabulary %d%s%s%s)\n",
+                dsp_spec_mode_to_string(mode), md, di.path, di.layout, di.kind, di.block, di.n_layers, di.markov_rank ? ", Markov head" : "",
+                di.draft_vocab, strcmp(di.draft_vocab_source, "full") ? " tokens by " : " tokens: ", di.draft_vocab_source,
+                strcmp(di.draft_vocab_source, "full") ? "" : " vocabulary");
     else
         fprintf(stderr, "dspark: speculation %s, max draft %s; no drafter model\n", dsp_spec_mode_to_string(mode), md);
 }
@@ -252,13 +254,33 @@ static bool parse_bytes(const char *opt, const char *s, uint64_t *out) {
     return true;
 }
 
+bool dsp_cli_parse_draft_vocab(const char *s, int32_t *out) {
+    char *end = NULL;
+    if (!strcmp(s, "auto")) {
+        *out = DSP_DRAFT_VOCAB_AUTO;
+        return true;
+    }
+    if (!strcmp(s, "full") || !strcmp(s, "all")) {
+        *out = DSP_DRAFT_VOCAB_FULL;
+        return true;
+    }
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 0 || v > (1L << 24)) {
+        fprintf(stderr, "dspark: --draft-vocab: '%s' is not a number of tokens (1..vocabulary size), 0 (every token) or auto\n", s);
+        return false;
+    }
+    *out = v == 0 ? DSP_DRAFT_VOCAB_FULL : (int32_t)v;
+    return true;
+}
+
 int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *cp, bool *handled) {
     const char *a = argv[*i];
     double v;
     *handled = true;
     if (*i + 1 >= argc && (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "--batch") ||
                            !strcmp(a, "--batch-tokens") || !strcmp(a, "--max-batch") || !strcmp(a, "--kv-memory") || !strcmp(a, "--device") ||
-                           !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--kv-type") || !strcmp(a, "--draft-model") ||
+                           !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--kv-type") || !strcmp(a, "--draft-model") || !strcmp(a, "--draft-vocab") ||
                            !strcmp(a, "--precision") || !strcmp(a, "--prefill-itl"))) {
         fprintf(stderr, "dspark: option %s needs a value\n", a);
         return 2;
@@ -312,6 +334,8 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
         cp->gpu = (int)v;
     } else if (!strcmp(a, "--draft-model")) {
         cp->draft_model = argv[++*i];
+    } else if (!strcmp(a, "--draft-vocab")) {
+        if (!dsp_cli_parse_draft_vocab(argv[++*i], &cp->draft_vocab)) return 2;
     } else {
         *handled = false;
     }

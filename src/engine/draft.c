@@ -40,13 +40,32 @@ uint64_t dsp_engine_draft_kv_bytes(const dsp_block_drafter *bd) {
     return 2ull * (uint64_t)in->n_layers * (uint64_t)in->n_head_kv * (uint64_t)in->head_dim * sizeof(float);
 }
 
-dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path) {
+/* --draft-vocab auto: all tokens on a backend with ops->markov_greedy, else AUTO_VOCAB_SUBSET tokens when the vocabulary has more than AUTO_VOCAB_MIN
+ * tokens and the LM head is at least 1/8 of the target's parameters (then the head is most of the
+ * drafter's round: SmolLM2-135M 21%, Qwen3-0.6B 26%; Qwen3-4B's tied head is 10%), else all of them.
+ * README "Draft vocabulary" has the measurements behind both numbers. */
+#define AUTO_VOCAB_MIN 32768
+#define AUTO_VOCAB_SUBSET 16384
+static int32_t draft_vocab_size(const dsp_engine *e, int32_t want) {
+    if (want == DSP_DRAFT_VOCAB_FULL) return 0;
+    if (want != DSP_DRAFT_VOCAB_AUTO) return want;
+    /* a backend that keeps the slots' chain on the device (CUDA) reads the head once per round,
+     * memory-bound and cheap, and a subset would send the chain back to the host: all tokens */
+    if (e->be->ops->markov_greedy && e->bdi->markov_rank > 0) return 0;
+    const uint64_t head = (uint64_t)e->n_vocab * (uint64_t)e->n_embd;
+    return e->n_vocab > AUTO_VOCAB_MIN && head * 8 >= e->m->info.n_params ? AUTO_VOCAB_SUBSET : 0;
+}
+
+dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path, int32_t draft_vocab) {
     (void)path;
     const dsp_block_info *in = e->bdi;
+    if (draft_vocab < DSP_DRAFT_VOCAB_FULL || draft_vocab > e->n_vocab)
+        return dsp_error(DSP_ERR_INVALID_ARG, "a draft vocabulary of %d tokens: the model's vocabulary has %d (give 1..%d tokens, or all)",
+                         draft_vocab, e->n_vocab, e->n_vocab);
     e->max_breqs = e->max_batch < 8 ? e->max_batch : 8;
     e->breqs = calloc((size_t)e->max_batch, sizeof *e->breqs);
     if (!e->breqs) return dsp_error(DSP_ERR_NOMEM, "no memory");
-    dsp_block_limits lim = {e->batch_tokens, e->max_breqs, e->n_ctx};
+    dsp_block_limits lim = {e->batch_tokens, e->max_breqs, e->n_ctx, draft_vocab_size(e, draft_vocab)};
     dsp_status st = dsp_block_attach(e->bd, e->be, e->kv, in->shares_embd ? dsp_fwd_embd(e->fwd) : NULL,
                                      in->shares_head ? dsp_fwd_output(e->fwd) : NULL, &lim);
     if (st) return st;
@@ -54,6 +73,7 @@ dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path) {
              in->dspark ? "DSpark" : "DFlash", in->block, in->n_draft, in->n_layers, in->tap_layers[0], in->tap_layers[in->n_taps - 1],
              in->n_taps, in->shares_embd && in->shares_head ? "embedding and LM head shared with the target" : "own embedding/LM head",
              in->markov_rank ? ", Markov head" : "");
+    DSP_LOGD("drafter %s: draft vocabulary %d of %d tokens (%s)", in->path, in->draft_vocab, e->n_vocab, in->draft_vocab_source);
     return DSP_OK;
 }
 
@@ -75,6 +95,8 @@ bool dsp_engine_drafter_info(const dsp_engine *e, dsp_drafter_info *out) {
     out->shares_embedding = in->shares_embd;
     out->shares_lm_head = in->shares_head;
     out->n_params = in->n_params;
+    out->draft_vocab = in->draft_vocab;
+    out->draft_vocab_source = in->draft_vocab_source;
     return true;
 }
 
@@ -261,10 +283,10 @@ static void profile_key(const dsp_engine *e, const char *build, char *key, size_
     const dsp_weights *w = &e->m->w;
     /* the weight types (--quantize changes them in the same file) and the drafter's shared
      * embedding / head (block_load.c share) change the costs */
-    snprintf(key, cap, "model=%s:%llu:%lld:%s/%s/%s|drafter=%s:%llu:%d%d|backend=%s|batch=%d:%d|ctx=%u|version=%s|build=%s", e->m->path,
+    snprintf(key, cap, "model=%s:%llu:%lld:%s/%s/%s|drafter=%s:%llu:%d%d:v%d|backend=%s|batch=%d:%d|ctx=%u|version=%s|build=%s", e->m->path,
              (unsigned long long)e->m->info.file_size, mt, dsp_dtype_name(w->tok_embd->type), dsp_dtype_name(w->output->type),
              dsp_dtype_name(w->layers[0].ffn_down->type), e->bd ? e->bdi->path : "", e->bd ? (unsigned long long)e->bdi->n_params : 0ull,
-             e->bd ? (int)e->bdi->shares_embd : 0, e->bd ? (int)e->bdi->shares_head : 0, e->be->desc, e->max_batch, e->batch_tokens, e->n_ctx,
+             e->bd ? (int)e->bdi->shares_embd : 0, e->bd ? (int)e->bdi->shares_head : 0, e->bd ? e->bdi->draft_vocab : 0, e->be->desc, e->max_batch, e->batch_tokens, e->n_ctx,
              DSP_LIB_VERSION, build);
 }
 

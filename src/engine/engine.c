@@ -275,7 +275,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
         dsp_engine_destroy(e);
         return dsp_error(DSP_ERR_NOMEM, "no memory for the engine (vocabulary %d, %d logits rows)", e->n_vocab, e->max_rows);
     }
-    if (e->bd && (st = dsp_engine_draft_init(e, p.draft_model))) {
+    if (e->bd && (st = dsp_engine_draft_init(e, p.draft_model, p.draft_vocab))) {
         dsp_engine_destroy(e);
         return st;
     }

@@ -160,7 +160,7 @@ bool dsp_engine_is_eog(const dsp_model *m, int32_t tok);
 /* ---- drafting (draft.c) ---- */
 
 /* Load and attach the block drafter of p->draft_model (after the forward exists). */
-dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path);
+dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path, int32_t draft_vocab);
 /* KV bytes per token the drafter adds (engine sizing), 0 without one. */
 uint64_t dsp_engine_draft_kv_bytes(const dsp_block_drafter *bd);
 /* Submit-time checks and setup of r's speculation (mode, drafter, q, RNG). */

@@ -15,6 +15,9 @@
  *   confidence logit c_k = w . [h_k ; W1[prev]] + b                (host; h_k the normed row)
  *   Markov bias = W2 . W1[prev] (one small forward for all requests) added to slot k's logits;
  *   draft[k] = argmax (or a sample of softmax(z / T), whose distribution is kept as q).
+ * With a draft vocabulary (block.h) "head" and W2 are gathered copies of N token rows: z has N
+ * entries, argmax / samples / top-3 map back through vids, and q is scattered onto the whole
+ * vocabulary (zero outside the subset).
  * Everything a step needs is allocated at attach; a step allocates nothing. */
 #include "spec/block_internal.h"
 
@@ -50,6 +53,7 @@ void dsp_block_destroy(dsp_block_drafter *d) {
     free(d->layers);
     free(d->btok), free(d->bpos), free(d->bseq), free(d->bkeys), free(d->brow), free(d->bseqs), free(d->bout0), free(d->bmrow);
     free(d->hlogits), free(d->hhid), free(d->he), free(d->hbias), free(d->conf_wf), free(d->btoks), free(d->bn), free(d->banchor);
+    free(d->vids), free(d->head_sub_mem), free(d->w2_sub_mem);
     dsp_model_destroy(d->m);
     free(d);
 }
@@ -83,6 +87,8 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
     const size_t E = (size_t)hp->n_embd, V = (size_t)hp->n_vocab, qd = (size_t)hp->n_head * (size_t)hp->head_dim;
     const size_t kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim, F = (size_t)hp->n_ff, r = (size_t)in->markov_rank;
     const size_t R = (size_t)lim->max_reqs, nd = (size_t)in->n_draft;
+    if (lim->n_vocab_draft < 0 || lim->n_vocab_draft > (int32_t)V)
+        return dsp_error(DSP_ERR_INVALID_ARG, "draft vocabulary of %d tokens: the target's vocabulary has %zu (0 = all of it)", lim->n_vocab_draft, V);
     d->max_rows = lim->max_ctx_rows > lim->max_reqs * in->block ? lim->max_ctx_rows : lim->max_reqs * in->block;
     const size_t T = (size_t)d->max_rows;
     int width = (int)(E > F ? E : F);
@@ -95,13 +101,22 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
         (st = dsp_kv_pool_add_store(pool, copy_block, d)))
         return st;
     /* weights */
-    if ((st = wup(d, d->fc, &d->b_fc)) || (st = wup(d, d->hidden_norm, &d->b_hnorm)) || (st = wup(d, d->norm, &d->b_norm)) ||
-        (st = wup(d, d->mk_w2, &d->b_w2)))
+    if ((st = wup(d, d->fc, &d->b_fc)) || (st = wup(d, d->hidden_norm, &d->b_hnorm)) || (st = wup(d, d->norm, &d->b_norm)))
         return st;
+    /* the draft vocabulary: gathered copies of the head's and W2's rows */
+    d->Vd = (int)V;
+    if (lim->n_vocab_draft > 0 && lim->n_vocab_draft < (int32_t)V && (st = dsp_block_pick_vocab(d, lim->n_vocab_draft))) return st;
+    const size_t Vd = (size_t)d->Vd;
+    d->info.draft_vocab = d->Vd;
+    if (!d->vids) d->info.draft_vocab_source = "full";
+    if ((st = wup(d, d->mk_w2 && d->vids ? &d->w2_sub : d->mk_w2, &d->b_w2))) return st;
     if (in->shares_embd && target_embd) d->b_embd = (dsp_bweight *)target_embd;
     else if ((st = wup(d, d->embd, &d->b_embd))) return st;
     else d->own_embd = true;
-    if (in->shares_head && target_head) d->b_head = (dsp_bweight *)target_head;
+    if (d->vids) {
+        if ((st = wup(d, &d->head_sub, &d->b_head))) return st;
+        d->own_head = true;
+    } else if (in->shares_head && target_head) d->b_head = (dsp_bweight *)target_head;
     else if (in->shares_head && d->head == d->embd && d->own_embd) d->b_head = d->b_embd; /* a tied target without its forward */
     else if ((st = wup(d, d->head, &d->b_head))) return st;
     else d->own_head = true;
@@ -119,8 +134,8 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
     /* buffers */
     if ((st = buf(d, T, E, &d->x)) || (st = buf(d, T, E, &d->h)) || (st = buf(d, T, qd, &d->q)) || (st = buf(d, T, kvd, &d->k)) ||
         (st = buf(d, T, kvd, &d->v)) || (st = buf(d, T, qd, &d->att)) || (st = buf(d, T, F, &d->gate)) || (st = buf(d, T, F, &d->up)) ||
-        (st = buf(d, R * nd, V, &d->logits)) || (st = buf(d, 1, (size_t)hp->rope_dim / 2, &d->inv_freq)) ||
-        (r && ((st = buf(d, R, r, &d->mk_e)) || (st = buf(d, R, V, &d->mk_y)))))
+        (st = buf(d, R * nd, Vd, &d->logits)) || (st = buf(d, 1, (size_t)hp->rope_dim / 2, &d->inv_freq)) ||
+        (r && ((st = buf(d, R, r, &d->mk_e)) || (st = buf(d, R, Vd, &d->mk_y)))))
         return st;
     d->btok = malloc(T * sizeof(int32_t));
     d->bpos = malloc(T * sizeof(int32_t));
@@ -130,10 +145,10 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
     d->bseqs = malloc(R * sizeof *d->bseqs);
     d->bout0 = malloc(R * sizeof *d->bout0);
     d->bmrow = malloc(R * sizeof *d->bmrow);
-    d->hlogits = malloc(R * nd * V * sizeof(float));
+    d->hlogits = malloc(R * nd * Vd * sizeof(float));
     d->hhid = malloc(R * nd * E * sizeof(float));
     d->he = malloc(R * (r ? r : 1) * sizeof(float));
-    d->hbias = malloc(R * (r ? V : 1) * sizeof(float));
+    d->hbias = malloc(R * (r ? Vd : 1) * sizeof(float));
     d->conf_wf = malloc((E + r) * sizeof(float));
     d->btoks = malloc(R * nd * sizeof(int32_t));
     d->bn = malloc(R * sizeof(int));
@@ -155,7 +170,7 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
     /* DSP_DRAFT_HOST_CHAIN=1 keeps the slots' chain on the host (for comparisons) */
     const char *hc = getenv("DSP_DRAFT_HOST_CHAIN");
     d->host_chain = hc && *hc && strcmp(hc, "0");
-    if (r && o->markov_greedy && !d->host_chain) { /* W1 as f32 rows on the backend: the greedy chain runs there */
+    if (r && o->markov_greedy && !d->host_chain && !d->vids) { /* W1 as f32 rows on the backend: the greedy chain runs there */
         float *w1 = malloc(V * r * sizeof(float));
         if (!w1) return dsp_error(DSP_ERR_NOMEM, "no memory for the Markov head's W1 as f32 (%zu x %zu)", V, r);
         const size_t rb = dsp_dtype_row_bytes(d->mk_w1->type, (uint64_t)r);
@@ -227,7 +242,7 @@ static int32_t argmax(const float *z, int V) {
     return best;
 }
 
-/* x ~ softmax(z / T) by the inverse CDF of one uniform; q receives the distribution */
+/* x ~ softmax(z / T) by the inverse CDF of one uniform; q receives the distribution (q may be z) */
 static int32_t sample(const float *z, int V, float T, dsp_rng *rng, float *q) {
     float mx = z[argmax(z, V)];
     double sum = 0;
@@ -255,8 +270,9 @@ dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
     const dsp_backend_ops *o = d->be->ops;
     const dsp_block_info *in = &d->info;
     const dsp_hparams *hp = &d->m->hp;
-    const int E = hp->n_embd, V = hp->n_vocab, r = in->markov_rank;
+    const int E = hp->n_embd, V = d->Vd, r = in->markov_rank; /* V: the draft vocabulary's size */
     const int qd = hp->n_head * hp->head_dim;
+    const int32_t *vids = d->vids;
     dsp_status st;
     /* the rows; the KV blocks of the block positions */
     int rows = 0, n_out = 0, max_want = 0;
@@ -308,8 +324,9 @@ dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
     o->matmul(be, 1, (const dsp_bweight *const *)&d->b_head, &d->logits, d->h, n_out);
     /* greedy requests that want no top-3 need only the tokens: the slots' chain runs on the backend
      * when it can (ops->markov_greedy; ops->argmax without a Markov head), and n_out vocabulary
-     * rows stay there; else the rows come to the host */
-    bool on_dev = r ? d->mk_w1f != NULL : o->argmax != NULL && !d->host_chain;
+     * rows stay there; else the rows come to the host. The device chain feeds token ids back into
+     * W1, so with a draft vocabulary (argmax indices into vids) it runs only without a Markov head */
+    bool on_dev = r ? d->mk_w1f != NULL && !vids : o->argmax != NULL && !d->host_chain;
     for (int j = 0; j < n && on_dev; j++) on_dev = reqs[j].temperature <= 0 && !reqs[j].top && (!r || reqs[j].markov);
     if ((st = o->end(be))) return st;
     if (on_dev) {
@@ -320,7 +337,11 @@ dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
             st = o->argmax(be, d->logits, n_out, V, d->btoks);
         }
         if (st) return st;
-        for (int j = 0; j < n; j++) memcpy(reqs[j].draft, d->btoks + out0[j], sizeof(int32_t) * (size_t)reqs[j].n_draft);
+        for (int j = 0; j < n; j++)
+            for (int k = 0; k < reqs[j].n_draft; k++) {
+                const int32_t x = d->btoks[out0[j] + k];
+                reqs[j].draft[k] = vids && x >= 0 ? vids[x] : x;
+            }
     } else if ((st = o->buf_read(be, d->logits, 0, d->hlogits, (size_t)n_out * (size_t)V))) {
         return st;
     }
@@ -374,8 +395,24 @@ dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
                 const float *b = d->hbias + (size_t)mrow[j] * (size_t)V;
                 for (int i = 0; i < V; i++) z[i] += b[i];
             }
-            if (q->top) top3(z, V, q->top_ids[k], q->top_vals[k]);
-            q->draft[k] = q->temperature > 0 ? sample(z, V, q->temperature, q->rng, q->q + (size_t)k * (size_t)V) : argmax(z, V);
+            if (q->top) {
+                top3(z, V, q->top_ids[k], q->top_vals[k]);
+                for (int t = 0; vids && t < DSP_BLOCK_TOPK; t++)
+                    if (q->top_ids[k][t] >= 0) q->top_ids[k][t] = vids[q->top_ids[k][t]];
+            }
+            if (q->temperature > 0) {
+                /* q's row is over the whole vocabulary: the subset's probabilities, zero elsewhere */
+                float *qk = q->q + (size_t)k * (size_t)hp->n_vocab;
+                int32_t x = sample(z, V, q->temperature, q->rng, vids ? z : qk);
+                if (vids) {
+                    memset(qk, 0, sizeof(float) * (size_t)hp->n_vocab);
+                    for (int i = 0; i < V; i++) qk[vids[i]] = z[i];
+                }
+                q->draft[k] = vids ? vids[x] : x;
+            } else {
+                int32_t x = argmax(z, V);
+                q->draft[k] = vids ? vids[x] : x;
+            }
         }
     }
     return DSP_OK;

@@ -63,6 +63,9 @@ typedef struct dsp_block_info {
     bool conf_with_markov;     /* its features are [h ; W1[prev]] (else h) */
     bool shares_embd, shares_head; /* the target's tensors are used (none of its own, or an equal copy) */
     uint64_t n_params;         /* elements of the drafter's own tensors */
+    /* after dsp_block_attach: the draft vocabulary (dsp_block_limits.n_vocab_draft) */
+    int32_t draft_vocab;       /* tokens drafts are taken from: the target's n_vocab, or a subset's size */
+    const char *draft_vocab_source; /* "full", "draft_vocab.json" (+ token id order), "token id order" */
 } dsp_block_info;
 
 typedef struct dsp_block_drafter dsp_block_drafter;
@@ -84,7 +87,19 @@ typedef struct dsp_block_limits {
     int max_ctx_rows;          /* rows of one target forward */
     int max_reqs;              /* requests drafted by one dsp_block_draft call */
     uint32_t n_ctx;            /* positions of one sequence */
+    int32_t n_vocab_draft;     /* draft vocabulary: 0 or n_vocab = every token; 1..n_vocab-1 = a subset of
+                                * that many tokens (below); negative or > n_vocab is an error */
 } dsp_block_limits;
+/* A reduced draft vocabulary (FR-Spec, EAGLE-3's draft vocab): the LM head (and the Markov head's
+ * W2) run over the rows of N tokens only, gathered into copies at attach, and drafts are taken
+ * from those N tokens; q (sampled drafts) is zero outside them, so verification stays exact. The N
+ * tokens: the first N of `draft_vocab.json` in the drafter directory when present (a JSON list of
+ * token ids, most frequent first, or {"token_ids": [...]}), the rest by ascending token id (for
+ * byte-level BPE and SentencePiece vocabularies, id order is merge / score order, which roughly
+ * follows frequency). The subset is kept in ascending id order, so argmax ties still go to the
+ * lower id, and a draft equals the full-vocabulary draft whenever that one is inside the subset
+ * (greedy; the Markov bias is per token, the same in both). The embedding, W1 and the confidence
+ * head (fed [h ; W1[prev]], never logits) stay whole: any previous token can condition a slot. */
 dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *pool, const dsp_bweight *target_embd,
                             const dsp_bweight *target_head, const dsp_block_limits *lim);
 

@@ -53,6 +53,15 @@ struct dsp_block_drafter {
     int32_t *banchor;             /* (max_reqs) */
     float *conf_wf;               /* (n_embd + r) the confidence weights as f32 */
     float conf_bias;
+    /* draft vocabulary (block.h): Vd tokens, vids ascending (NULL: Vd = n_vocab, all) */
+    int Vd;
+    int32_t *vids;
+    dsp_tensor head_sub, w2_sub;  /* the gathered rows of head / mk_w2 (data: below) */
+    void *head_sub_mem, *w2_sub_mem;
 };
+
+/* block_load.c: d->vids / Vd / head_sub / w2_sub for a draft vocabulary of n tokens (1 <= n <
+ * n_vocab); the gathered copies are uploaded by block.c */
+dsp_status dsp_block_pick_vocab(dsp_block_drafter *d, int n);
 
 #endif

@@ -281,6 +281,80 @@ static dsp_status bind(dsp_block_drafter *d, const dsp_model *t, const char *pfx
     return DSP_OK;
 }
 
+/* ---- draft vocabulary (block.h) ---------------------------------------------------------------- */
+
+#define MAX_VOCAB_FILE_BYTES (64u << 20)
+
+/* Mark up to n tokens of draft_vocab.json (most frequent first) in `in`; *got receives how many.
+ * An absent file is no error; a malformed one is. */
+static dsp_status vocab_file(dsp_block_drafter *d, int n, uint8_t *in, int *got, bool *found) {
+    *got = 0, *found = false;
+    char *path = dsp_path_join(d->info.path, "draft_vocab.json");
+    if (!path) return dsp_error(DSP_ERR_NOMEM, "no memory");
+    if (!dsp_file_exists(path)) {
+        free(path);
+        return DSP_OK;
+    }
+    json_t *j = NULL;
+    *found = true;
+    dsp_status st = dsp_json_load_file(path, MAX_VOCAB_FILE_BYTES, &j);
+    const json_t *a = j && json_is_object(j) ? json_object_get(j, "token_ids") : j;
+    const int64_t V = d->m->hp.n_vocab;
+    if (!st && !json_is_array(a)) st = dsp_error(DSP_ERR_FORMAT, "not a list of token ids (nor {\"token_ids\": [...]})");
+    for (size_t i = 0; !st && i < json_array_size(a) && *got < n; i++) {
+        const json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= V)
+            st = dsp_error(DSP_ERR_FORMAT, "entry %zu is not a token id of the vocabulary (0..%lld)", i, (long long)V - 1);
+        else if (!in[json_integer_value(v)]) in[json_integer_value(v)] = 1, ++*got;
+    }
+    if (st) dsp_error_prefix("%s", path);
+    json_decref(j);
+    free(path);
+    return st;
+}
+
+/* t's rows ids[0..n) -> out (a copy of t's description with n rows; *mem owns the bytes) */
+static dsp_status gather_rows(const dsp_tensor *t, const int32_t *ids, int n, dsp_tensor *out, void **mem) {
+    const size_t rb = dsp_dtype_row_bytes(t->type, t->ne[0]), bytes = rb * (size_t)n;
+    uint8_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) return dsp_error(DSP_ERR_NOMEM, "no memory for the draft vocabulary's %d rows of %.*s", n, (int)t->name.len, t->name.ptr);
+    for (int i = 0; i < n; i++) memcpy(p + (size_t)i * rb, (const uint8_t *)t->data + (size_t)ids[i] * rb, rb);
+    *out = *t;
+    out->ne[1] = (uint64_t)n;
+    out->n_elems = t->ne[0] * (uint64_t)n;
+    out->nbytes = bytes;
+    out->offset = 0;
+    out->data = p;
+    *mem = p;
+    return DSP_OK;
+}
+
+dsp_status dsp_block_pick_vocab(dsp_block_drafter *d, int n) {
+    const int V = d->m->hp.n_vocab;
+    DSP_ASSERT(n >= 1 && n < V && !d->vids);
+    uint8_t *in = calloc((size_t)V, 1);
+    if (!in) return dsp_error(DSP_ERR_NOMEM, "no memory");
+    int got = 0;
+    bool found;
+    dsp_status st = vocab_file(d, n, in, &got, &found);
+    const int from_file = got;
+    for (int t = 0; !st && t < V && got < n; t++) /* the rest in token id order */
+        if (!in[t]) in[t] = 1, got++;
+    d->info.draft_vocab_source = found ? (from_file < n ? "draft_vocab.json + token id order" : "draft_vocab.json") : "token id order";
+    if (!st && !(d->vids = malloc(sizeof(int32_t) * (size_t)n))) st = dsp_error(DSP_ERR_NOMEM, "no memory");
+    if (!st) {
+        int k = 0;
+        for (int t = 0; t < V; t++)
+            if (in[t]) d->vids[k++] = t;
+        DSP_ASSERT(k == n);
+        d->Vd = n;
+        st = gather_rows(d->head, d->vids, n, &d->head_sub, &d->head_sub_mem);
+        if (!st && d->mk_w2) st = gather_rows(d->mk_w2, d->vids, n, &d->w2_sub, &d->w2_sub_mem);
+    }
+    free(in);
+    return st;
+}
+
 dsp_status dsp_block_load(const char *path, const dsp_model *target, dsp_block_drafter **out) {
     *out = NULL;
     if (!target->has_weights) return dsp_error(DSP_ERR_INVALID_ARG, "the target was loaded vocab-only");

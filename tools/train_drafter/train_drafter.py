@@ -22,7 +22,8 @@ continues where it stopped.
   eval     WORK/metrics.json: greedy speculative decoding simulated on the held-out answers:
            per-slot acceptance and mean accepted length per round (bonus token included), per
            prompt source; confidence-threshold trade-off.
-  export   OUT/: config.json + model.safetensors in DeepSpec's published layout (Qwen3DSparkModel,
+  export   OUT/: config.json + model.safetensors (+ draft_vocab.json: the answers' tokens by frequency,
+           for dspark --draft-vocab) in DeepSpec's published layout (Qwen3DSparkModel,
            top-level keys, embed_tokens/lm_head copies of the target's), loadable by DeepSpec's
            Qwen3DSparkModel.from_pretrained and by `dspark --draft-model`. --core-only writes the
            trained tensors without the embed/lm_head copies, in shards <= 15 MiB (for moving off
@@ -39,6 +40,7 @@ import glob
 import json
 import math
 import os
+import shutil
 import random
 import sys
 import time
@@ -549,6 +551,25 @@ def write_safetensors(path: str, tensors: dict, meta: dict | None = None) -> Non
     save_file({k: tensors[k].contiguous() for k in sorted(tensors)}, path, metadata=dict({"format": "pt"}, **(meta or {})))
 
 
+def write_draft_vocab(args) -> None:
+    """OUT/draft_vocab.json: the token ids of the target's answers in the training split (WORK/data),
+    most frequent first (ties: lower id first), for dspark's --draft-vocab (README "Draft
+    vocabulary"): the first N are the subset, tokens never seen follow in id order. Skipped without
+    the data (an export assembled from --core shards elsewhere)."""
+    import collections
+
+    if not glob.glob(os.path.join(args.work, "data", "shard-*.pt")):
+        log("export: no WORK/data here: draft_vocab.json not written")
+        return
+    tr, _ = read_data(args)
+    count = collections.Counter(t for r in tr for t in r["ids"][r["prompt_len"]:])
+    ids = sorted(count, key=lambda t: (-count[t], t))
+    with open(os.path.join(args.out, "draft_vocab.json"), "w", encoding="utf-8") as f:
+        json.dump({"token_ids": ids, "answer_tokens": sum(count.values()), "answers": len(tr)}, f)
+        f.write("\n")
+    log(f"export: draft_vocab.json ({len(ids)} distinct tokens of {sum(count.values())} in {len(tr)} training answers)")
+
+
 def step_export(args, target, device) -> None:
     import torch
     dt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.export_dtype]
@@ -580,6 +601,7 @@ def step_export(args, target, device) -> None:
             write_safetensors(os.path.join(args.out, f"core-{i:02d}.safetensors"), s)
         with open(os.path.join(args.out, "config.json"), "w", encoding="utf-8") as f:
             json.dump(cfg, f, indent=2)
+        write_draft_vocab(args)
         log(f"export: {len(shards)} core shards -> {args.out}")
         return
     emb = target.get_input_embeddings().weight.detach().to("cpu", dt)
@@ -589,6 +611,11 @@ def step_export(args, target, device) -> None:
     sd["embed_tokens.weight"] = emb.clone()
     sd["lm_head.weight"] = head.clone()
     write_safetensors(os.path.join(args.out, "model.safetensors"), sd)
+    core_vocab = os.path.join(args.core, "draft_vocab.json") if args.core else ""
+    if core_vocab and os.path.exists(core_vocab):  # written next to the core shards, where the data was
+        shutil.copyfile(core_vocab, os.path.join(args.out, "draft_vocab.json"))
+    else:
+        write_draft_vocab(args)
     with open(os.path.join(args.out, "config.json"), "w", encoding="utf-8") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
