@@ -477,6 +477,17 @@ static void count_kept(const dsp_round_trace *t, void *user) {
     g_round_kept += t->kept;
 }
 
+/* the engine these tests run: a 512-token context, 2 threads, no prefix cache */
+static dsp_engine_params test_params(int max_batch) {
+    dsp_engine_params ep = dsp_engine_default_params();
+    ep.device = g_cuda ? DSP_DEVICE_CUDA : DSP_DEVICE_CPU;
+    ep.n_ctx = 512;
+    ep.n_threads = 2;
+    ep.max_batch = max_batch;
+    ep.no_prefix_cache = true;
+    return ep;
+}
+
 /* --max-draft auto next to a prefill: with a synthetic cost profile (a forward of n rows costs
  * 1 + 0.1 (n - 1) one-row forwards, no context or host term) two decoding requests whose drafts
  * are always right draft as much as the budget allows; while a prompt is prefilled next to them,
@@ -486,12 +497,7 @@ static void count_kept(const dsp_round_trace *t, void *user) {
  * requests' solo output. Deterministic: the choice depends on the profile and the acceptance
  * counts only (the host-time term is made negligible). */
 static void test_prefill_draft_cap(void) {
-    dsp_engine_params ep = dsp_engine_default_params();
-    ep.device = g_cuda ? DSP_DEVICE_CUDA : DSP_DEVICE_CPU;
-    ep.n_ctx = 512;
-    ep.n_threads = 2;
-    ep.max_batch = 4;
-    ep.no_prefix_cache = true;
+    dsp_engine_params ep = test_params(4);
     dsp_engine *e = NULL;
     CHECK(dsp_engine_create(g_m, &ep, &e) == DSP_OK);
     if (!e) return;
@@ -593,12 +599,7 @@ int main(void) {
     }
     bool is_default;
     if (!(g_m = dsp_test_load_model(&is_default))) return getenv("DSP_TEST_MODEL") ? 1 : dsp_test_summary();
-    dsp_engine_params ep = dsp_engine_default_params();
-    ep.device = g_cuda ? DSP_DEVICE_CUDA : DSP_DEVICE_CPU;
-    ep.n_ctx = 512;
-    ep.n_threads = 2;
-    ep.max_batch = 1;
-    ep.no_prefix_cache = true;
+    dsp_engine_params ep = test_params(1);
     CHECK(dsp_engine_create(g_m, &ep, &g_e) == DSP_OK);
     ep.no_prefix_cache = false;
     ep.kv_tokens = 2048;
