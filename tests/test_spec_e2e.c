@@ -514,7 +514,10 @@ static void test_prefill_draft_cap(void) {
     /* the arriving prompt: short, since the drafts leave it as little as one row per round */
     int nl = tokenize("The quick brown fox jumps over the lazy dog, and then it runs far away into the woods.", lp, 256);
     dsp_gen_params gp = dsp_gen_default_params();
-    gp.max_tokens = 128;
+    /* the decodes must outlast the prefill, which gets at least one row per round while each decode
+     * commits at most 1 + 4 tokens a round: 5 per prompt token, and more for the rounds before and
+     * after (a random model's tokenizer makes the prompt several times longer than the default's) */
+    gp.max_tokens = 128 + 6 * nl < 900 ? 128 + 6 * nl : 900; /* (the event buffers hold 1024) */
     gp.ignore_eos = true;
     gp.max_draft = DSP_DRAFT_AUTO;
     gp.mode = DSP_SPEC_LOOKUP;
