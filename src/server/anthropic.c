@@ -304,7 +304,7 @@ char *dsp_srv_anthropic_response(dsp_srv *s, dsp_srv_req *r) {
     const char *stop = matched_stop(s, r, o);
     json_t *root = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o, s:o}", "id", r->id, "type", "message", "role", "assistant", "model", r->model,
                              "content", content, "stop_reason", stop_reason(&rep, o, stop), "stop_sequence", stop ? json_string(stop) : json_null(),
-                             "usage", usage(o, o->res.n_generated), "dspark", dsp_srv_stats_json(r, o));
+                             "usage", usage(o, o->res.n_generated), "dspark", dsp_srv_stats_json(s, r, o));
     dsp_srv_reply_free(&rep);
     char *out = root ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
@@ -387,7 +387,7 @@ char *dsp_srv_anthropic_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_o
             dsp_srv_sb_event(&b, "message_delta",
                              json_pack("{s:s, s:{s:s, s:o}, s:o, s:o}", "type", "message_delta", "delta", "stop_reason", stop_reason(&rep, o, stop),
                                        "stop_sequence", stop ? json_string(stop) : json_null(), "usage", usage(o, o->res.n_generated), "dspark",
-                                       dsp_srv_stats_json(r, o)));
+                                       dsp_srv_stats_json(s, r, o)));
             dsp_srv_sb_event(&b, "message_stop", json_pack("{s:s}", "type", "message_stop"));
         }
         dsp_srv_reply_free(&rep);

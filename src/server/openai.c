@@ -724,12 +724,27 @@ static json_t *envelope(dsp_srv *s, const dsp_srv_req *r, const char *object) {
 
 json_t *dsp_srv_jstr(const char *p, size_t n) { return jstr_lossy(p, n); }
 
-json_t *dsp_srv_stats_json(const dsp_srv_req *r, const dsp_srv_out *o) {
+/* what drafted for a request in mode m (resolved): "none", "lookup", the block drafter's kind
+ * ("dspark", "dflash"), or both for hybrid */
+static const char *stats_drafter(dsp_srv *s, dsp_spec_mode m) {
+    dsp_drafter_info di;
+    const bool bd = dsp_engine_drafter_info(s->engine, &di);
+    switch (m) {
+    case DSP_SPEC_BASELINE: return "none";
+    case DSP_SPEC_LOOKUP: return "lookup";
+    case DSP_SPEC_DFLASH: return "dflash";
+    case DSP_SPEC_DSPARK: return "dspark";
+    case DSP_SPEC_HYBRID: return !bd ? "lookup" : strcmp(di.kind, "dspark") ? "lookup+dflash" : "lookup+dspark";
+    default: return "lookup";
+    }
+}
+
+json_t *dsp_srv_stats_json(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o) {
     const dsp_gen_result *g = &o->res;
     double tps = g->decode_ms > 0 ? (double)g->n_generated / (g->decode_ms / 1e3) : 0;
     double mal = g->n_rounds ? (double)g->n_generated / (double)g->n_rounds : 0;
-    bool drafts = r->gp.mode != DSP_SPEC_BASELINE;
-    return json_pack("{s:s, s:s, s:f, s:I, s:I, s:I, s:f, s:f, s:I}", "mode", dsp_spec_mode_to_string(r->gp.mode), "drafter", drafts ? "lookup" : "none",
+    const dsp_spec_mode m = dsp_engine_resolve_mode(s->engine, r->gp.mode);
+    return json_pack("{s:s, s:s, s:f, s:I, s:I, s:I, s:f, s:f, s:I}", "mode", dsp_spec_mode_to_string(m), "drafter", stats_drafter(s, m),
                      "mean_accepted_len", mal, "rounds", (json_int_t)g->n_rounds, "drafted", (json_int_t)g->n_drafted, "accepted",
                      (json_int_t)g->n_accepted, "decode_tok_per_s", tps, "ttft_ms", o->ttft_ms, "cached_prompt_tokens", (json_int_t)g->n_cached);
 }
@@ -816,7 +831,7 @@ char *dsp_srv_response_json(dsp_srv *s, dsp_srv_req *r) {
     json_object_set_new(choice, "finish_reason", json_string(fin));
     json_object_set_new(root, "choices", json_pack("[o]", choice));
     json_object_set_new(root, "usage", usage_json(o));
-    json_object_set_new(root, "dspark", dsp_srv_stats_json(r, o));
+    json_object_set_new(root, "dspark", dsp_srv_stats_json(s, r, o));
     char *out = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(root);
     return out;
@@ -938,7 +953,7 @@ static void chat_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o, 
             dsp_srv_sb_event(b, NULL, chunk(s, r, o, d2, NULL, 0, 0, 0, NULL));
         }
         json_t *fin = chunk(s, r, o, NULL, NULL, 0, 0, 0, chat_finish(o, &rep));
-        json_object_set_new(fin, "dspark", dsp_srv_stats_json(r, o));
+        json_object_set_new(fin, "dspark", dsp_srv_stats_json(s, r, o));
         dsp_srv_sb_event(b, NULL, fin);
     }
     dsp_srv_reply_free(&rep);
@@ -968,7 +983,7 @@ static void completion_events(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_ou
     if (o->n_text > cur->text_from || vis > cur->tok_from)
         dsp_srv_sb_event(b, NULL, chunk(s, r, o, NULL, o->text ? o->text + cur->text_from : "", o->n_text - cur->text_from, cur->tok_from, vis, NULL));
     json_t *fin = chunk(s, r, o, NULL, "", 0, 0, 0, finish_reason(o));
-    json_object_set_new(fin, "dspark", dsp_srv_stats_json(r, o));
+    json_object_set_new(fin, "dspark", dsp_srv_stats_json(s, r, o));
     dsp_srv_sb_event(b, NULL, fin);
 }
 

@@ -177,7 +177,7 @@ static json_t *response_obj(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out 
                              (double)r->gp.top_p, "max_output_tokens", (json_int_t)r->gp.max_tokens, "metadata", "previous_response_id", "store", 0);
     if (o) {
         json_object_set_new(root, "usage", usage(o));
-        json_object_set_new(root, "dspark", dsp_srv_stats_json(r, o));
+        json_object_set_new(root, "dspark", dsp_srv_stats_json(s, r, o));
     }
     (void)s;
     return root;

@@ -376,8 +376,9 @@ void dsp_srv_sb_add(dsp_srv_sbuf *b, const char *s, size_t n);
 void dsp_srv_sb_event(dsp_srv_sbuf *b, const char *name, json_t *obj);
 /* JSON string of bytes that may be invalid UTF-8 (U+FFFD for bad bytes) */
 json_t *dsp_srv_jstr(const char *p, size_t n);
-/* the per-response "dspark" block: mode, drafter, accepted length, tok/s, TTFT, cached tokens */
-json_t *dsp_srv_stats_json(const dsp_srv_req *r, const dsp_srv_out *o);
+/* the per-response "dspark" block: mode (resolved: auto is hybrid with a block drafter, else lookup),
+ * drafter, accepted length, tok/s, TTFT, cached tokens */
+json_t *dsp_srv_stats_json(dsp_srv *s, const dsp_srv_req *r, const dsp_srv_out *o);
 
 /* Streaming: the SSE events of o (a mirror made by the stream's out_sync in http.c; no lock is held) that are
  * ready, in r's API, advancing cur. When o->done, adds the closing events. Returns malloc'd bytes

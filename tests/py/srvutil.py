@@ -26,9 +26,9 @@ IO_TIMEOUT = 600 if SANITIZED else 120
 class Server:
     """A running `dspark serve`; its stderr goes to a file (self.log())."""
 
-    def __init__(self, *extra, ctx=512, binary=None):
+    def __init__(self, *extra, ctx=512, binary=None, model=None):
         self.logf = tempfile.NamedTemporaryFile(prefix="dspark-serve-", suffix=".log", delete=False)
-        args = [binary or BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "--ctx", str(ctx), "--max-batch", "4",
+        args = [binary or BIN, "serve", "-m", model or MODEL, "--host", "127.0.0.1", "--port", "0", "--ctx", str(ctx), "--max-batch", "4",
                 "--timeout", "3", "--request-timeout", "3", "--shutdown-timeout", "5", *extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.logf)
         self.port = None
