@@ -288,6 +288,44 @@ static void test_q8_matmul(void) {
     CHECK(!dsp_cpu_q8_type(DSP_F32) && !dsp_cpu_q8_type(DSP_F16) && !dsp_cpu_q8_type(DSP_Q5_0));
 }
 
+/* The largest integer sums the kernels form: every weight code at its maximum (Q4: 15, Q5_K: 31,
+ * Q6_K: 63; the scales stay random) against activations that all quantize to +127 or -127. The
+ * tables without VNNI add vpmaddubsw's 16-bit sums of several vectors before widening (q8_impl.h,
+ * Q8_SUM16): an overflow there would show as a difference from the q8 block order. */
+static void test_q8_extremes(void) {
+    static const struct { uint32_t type; int lo, hi; } codes[] = { /* bytes [lo, hi) of a block hold the codes */
+        {DSP_Q4_0, 2, 18}, {DSP_Q4_1, 4, 20}, {DSP_Q4_K, 16, 144}, {DSP_Q5_K, 16, 176}, {DSP_Q6_K, 0, 192}};
+    const int64_t in = 1024, out = 3;
+    const int n_x = 9;
+    for (size_t ti = 0; ti < sizeof codes / sizeof *codes; ti++) {
+        const uint32_t type = codes[ti].type;
+        const dsp_dtype_traits *di = dsp_dtype_get(type);
+        const size_t rb = dsp_dtype_row_bytes(type, (uint64_t)in), qb = dsp_cpu_q8_row_bytes(in);
+        uint8_t *w = xalloc(rb * (size_t)out), *xq = xalloc(qb * (size_t)n_x);
+        float *x = xalloc(sizeof(float) * (size_t)in), *yref = xalloc(sizeof(float) * (size_t)(out * n_x)), *yn = xalloc(sizeof(float) * (size_t)(out * n_x));
+        for (int64_t r = 0; r < out; r++) {
+            random_row(type, w + (size_t)r * rb, in);
+            for (int64_t b = 0; b < in / (int64_t)di->block_elems; b++)
+                memset(w + (size_t)r * rb + (size_t)b * di->block_bytes + codes[ti].lo, 0xFF, (size_t)(codes[ti].hi - codes[ti].lo));
+        }
+        for (int i = 0; i < n_x; i++) { /* +1 everywhere, -1 everywhere, then mixed signs per block */
+            for (int64_t k = 0; k < in; k++) x[k] = i == 0 ? 1.0f : i == 1 ? -1.0f : ((k / 32 + i) % 3 ? 1.0f : -1.0f);
+            dsp_cpu_quantize_q8(x, in, xq + (size_t)i * qb);
+        }
+        for (int i = 0; i < n_x; i++)
+            for (int64_t r = 0; r < out; r++) yref[i * out + r] = dsp_cpu_q8_dot_ref(type, w + (size_t)r * rb, xq + (size_t)i * qb, in);
+        for (int t = 0; t < g_n_tables; t++) {
+            const dsp_cpu_ops *o = g_tables[t];
+            for (int nx = 1; nx <= n_x; nx++) {
+                o->matmul_q8(type, w, rb, in, 0, out, xq, qb, nx, yn, out);
+                CHECK_MSG(!memcmp(yn, yref, sizeof(float) * (size_t)(out * nx)), "%s matmul_q8 %s, codes at their maximum, %d rows: differs from the q8 block order",
+                          o->name, dsp_dtype_name(type), nx);
+            }
+        }
+        free(w), free(xq), free(x), free(yref), free(yn);
+    }
+}
+
 /* ---- small kernels ---------------------------------------------------------------------------- */
 
 static void test_small(void) {
@@ -378,6 +416,7 @@ int main(void) {
     DSP_RUN(test_cross_isa);
     DSP_RUN(test_q8_quantize);
     DSP_RUN(test_q8_matmul);
+    DSP_RUN(test_q8_extremes);
     DSP_RUN(test_small);
     return dsp_test_summary();
 }

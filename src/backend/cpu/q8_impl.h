@@ -11,6 +11,12 @@
  * uses |q| times xq with q's sign instead (o = 0). Every product sum is an exact integer, so all
  * tables give the same P; the float part (scales, lanes, tree) is written out identically.
  *
+ * Q8_SUM16: without VNNI, the 16-bit pair sums of vpmaddubsw are added for all the vectors that
+ * feed one 32-bit accumulator (4; Q6_K: 2 per half) before the one vpmaddwd: u <= 31 (Q4_*, Q5_K)
+ * or 63 (Q6_K, two vectors) times |xq| <= 127 keeps each 16-bit sum below 2^15 (4 * 2 * 31 * 127 =
+ * 31496, 2 * 2 * 63 * 127 = 32004), so the integers, and with them every bit, are unchanged, for a
+ * quarter fewer integer instructions per activation row. Q8_0 (|q| <= 128) cannot.
+ *
  * A step is 8 blocks (256 weights; a K-quant super-block): the weights of one row are unpacked
  * once per step, transposed into the q8 rows' interleaved order, and used for every activation
  * row of the tile; per activation row, 4 vpdpbusd (or 8 on 256 bits) accumulate the 16 half-block
@@ -268,16 +274,26 @@ AI void q8_unpack(const uint32_t type, const uint8_t *p, q8w *w) {
  * accumulators come seeded with the offset correction. x: the step's 256 interleaved quants;
  * vector k holds quants 8k..8k+7 of each block (k = 0, 1: the lower 16). */
 AI void q8_sums(const uint32_t type, const q8w *w, const int8_t *x, __m512i *acc) {
+#if !defined(DSP_Q8_VNNI)
+    if (type != DSP_Q8_0) { /* the 16-bit sums first: Q8_SUM16 below */
+        const int per = type == DSP_Q6_K ? 2 : 4;
+        for (int k0 = 0; k0 < 4; k0 += per) {
+            __m512i z = _mm512_maddubs_epi16(w->W[k0], _mm512_loadu_si512((const void *)(x + 64 * k0)));
+            for (int k = k0 + 1; k < k0 + per; k++) z = _mm512_add_epi16(z, _mm512_maddubs_epi16(w->W[k], _mm512_loadu_si512((const void *)(x + 64 * k))));
+            __m512i *a = &acc[type == DSP_Q6_K ? k0 / 2 : 0];
+            *a = _mm512_add_epi32(*a, _mm512_madd_epi16(z, _mm512_set1_epi16(1)));
+        }
+        return;
+    }
+#endif
     for (int k = 0; k < 4; k++) {
         const __m512i X = _mm512_loadu_si512((const void *)(x + 64 * k));
         __m512i *a = &acc[type == DSP_Q6_K ? k / 2 : 0];
 #if defined(DSP_Q8_VNNI)
         *a = _mm512_dpbusd_epi32(*a, w->W[k], X);
 #else
-        __m512i z;
-        if (type == DSP_Q8_0) /* |q| * (xq with q's sign) */
-            z = _mm512_maddubs_epi16(_mm512_abs_epi8(w->W[k]), _mm512_mask_sub_epi8(X, _mm512_movepi8_mask(w->W[k]), _mm512_setzero_si512(), X));
-        else z = _mm512_maddubs_epi16(w->W[k], X);
+        /* Q8_0: |q| * (xq with q's sign) */
+        const __m512i z = _mm512_maddubs_epi16(_mm512_abs_epi8(w->W[k]), _mm512_mask_sub_epi8(X, _mm512_movepi8_mask(w->W[k]), _mm512_setzero_si512(), X));
         *a = _mm512_add_epi32(*a, _mm512_madd_epi16(z, _mm512_set1_epi16(1)));
 #endif
     }
@@ -306,6 +322,20 @@ AI lanes16 q8_lanes_zero(void) { return _mm512_setzero_ps(); }
 /* as above with 256-bit vectors: vector 2k + h holds quants 8k..8k+7 of blocks 4h..4h+3;
  * acc[2 * part + h] with part = lower / upper 16 for Q6_K, else 0 */
 AI void q8_sums(const uint32_t type, const q8w *w, const int8_t *x, __m256i *acc) {
+#if !defined(DSP_Q8_VNNI)
+    if (type != DSP_Q8_0) { /* the 16-bit sums first: Q8_SUM16 below */
+        const int per = type == DSP_Q6_K ? 2 : 4;
+        for (int k0 = 0; k0 < 4; k0 += per)
+            for (int h = 0; h < 2; h++) {
+                __m256i z = _mm256_maddubs_epi16(w->W[2 * k0 + h], _mm256_loadu_si256((const __m256i *)(x + 64 * k0 + 32 * h)));
+                for (int k = k0 + 1; k < k0 + per; k++)
+                    z = _mm256_add_epi16(z, _mm256_maddubs_epi16(w->W[2 * k + h], _mm256_loadu_si256((const __m256i *)(x + 64 * k + 32 * h))));
+                __m256i *a = &acc[2 * (type == DSP_Q6_K ? k0 / 2 : 0) + h];
+                *a = _mm256_add_epi32(*a, _mm256_madd_epi16(z, _mm256_set1_epi16(1)));
+            }
+        return;
+    }
+#endif
     for (int k = 0; k < 4; k++)
         for (int h = 0; h < 2; h++) {
             const __m256i X = _mm256_loadu_si256((const __m256i *)(x + 64 * k + 32 * h)), W = w->W[2 * k + h];
