@@ -513,8 +513,14 @@ AI lanes16 q8_row_step(const uint32_t type, const uint8_t *p, int nblk, const ui
     const int8_t *x = dsp_cpu_q8_qn(xr, nbp) + 32 * b0;
     for (int b = 0; b < 8; b++) {
         const __m256i X = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
-        /* Q8_0: |q| times xq with q's sign (|q| <= 128 cannot saturate vpmaddubsw) */
+#if defined(DSP_Q8_VNNI)
+        /* Q8_0: u = q + 128 against the offset correction q8_seed adds (q8_offset_shift), as the tile
+         * path; the sign trick with that correction too was wrong (seen on an AVX-VNNI Xeon) */
+        Q[b] = q8_quads(type == DSP_Q8_0 ? _mm256_xor_si256(u[b], _mm256_set1_epi8((char)0x80)) : u[b], X);
+#else
+        /* Q8_0: |q| times xq with q's sign (|q| <= 128 cannot saturate vpmaddubsw; no offset) */
         Q[b] = type == DSP_Q8_0 ? q8_quads(_mm256_abs_epi8(u[b]), _mm256_sign_epi8(X, u[b])) : q8_quads(u[b], X);
+#endif
     }
     q8_seed(type, xr, nbp, b0, acc);
     for (int h = 0; h < 2; h++) { /* blocks 4h..4h+3 */

@@ -970,11 +970,12 @@ void cu_attention(dsp_backend *be, dsp_buf *out, const dsp_buf *q, const dsp_kv_
     }
     if (!check_kv(b, kv)) return;
     int chunks = 1;
-    while (chunks < dsp_cu_attn_chunks(b->max_keys)) chunks *= 2; /* few distinct graphs as contexts grow */
+    const int cmin = dsp_cu_attn_cmin();
+    while (chunks < dsp_cu_attn_max_chunks(b->max_keys, cmin)) chunks *= 2; /* few distinct graphs as contexts grow */
     op_rec *r = rec(b, OP_ATTN);
     if (!r) return;
     r->p[0] = out->d, r->p[1] = q->d, r->p[2] = kv, r->i[0] = layer, r->i[1] = b->n_tokens, r->i[2] = n_head, r->i[3] = n_head_kv;
-    r->i[4] = head_dim, r->f[0] = scale, r->i[5] = chunks, r->i[6] = dsp_cu_attn_chunk(b->max_keys);
+    r->i[4] = head_dim, r->f[0] = scale, r->i[5] = chunks, r->i[6] = dsp_cu_attn_chunk(b->max_keys, cmin);
 }
 
 void cu_add(dsp_backend *be, dsp_buf *x, const dsp_buf *y, size_t n) {

@@ -220,7 +220,7 @@ __global__ void kv_copy_kernel(dsp_cu_kv kv, uint32_t dst, uint32_t src) {
 struct attn_args {
     const float *q;
     dsp_cu_kv kv;
-    int layer, n_head, n_head_kv, hd, max_chunks;
+    int layer, n_head, n_head_kv, hd, max_chunks, cmin;
     float scale;
     float *part; /* [row][head][chunk] of (hd + 2): o[hd], m, l */
     dsp_cu_meta m;
@@ -248,7 +248,7 @@ template <int GM>
 __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a) {
     extern __shared__ float smem[];
     const int row = blockIdx.x / a.n_head_kv, kvh = blockIdx.x % a.n_head_kv, c = blockIdx.y;
-    const int nk = a.m.n_keys[row], CH = dsp_cu_attn_chunk(nk), nch = (nk + CH - 1) / CH;
+    const int nk = a.m.n_keys[row], CH = dsp_cu_attn_chunk(nk, a.cmin), nch = (nk + CH - 1) / CH;
     if (c >= nch) return;
     const int G = a.n_head / a.n_head_kv, hd = a.hd, k0 = c * CH, n = min(nk - k0, CH);
     const int kv_dim = a.kv.kv_dim, bt = a.kv.block_tokens, ns = (hd + 127) / 128;
@@ -363,9 +363,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
 }
 
 /* one CTA per (row, head): merge the row's chunks in order */
-__global__ void attn_merge_kernel(float *out, const float *part, int n_head, int hd, int max_chunks, dsp_cu_meta m) {
+__global__ void attn_merge_kernel(float *out, const float *part, int n_head, int hd, int max_chunks, int cmin, dsp_cu_meta m) {
     const int row = blockIdx.x / n_head, h = blockIdx.x % n_head;
-    const int nk = m.n_keys[row], nch = dsp_cu_attn_chunks(nk);
+    const int nk = m.n_keys[row], nch = dsp_cu_attn_chunks(nk, cmin);
     const float *p = part + ((int64_t)row * n_head + h) * max_chunks * (hd + 2);
     float mx = -INFINITY;
     for (int c = 0; c < nch; c++) mx = fmaxf(mx, p[c * (hd + 2) + hd]);
@@ -536,15 +536,24 @@ cudaError_t dsp_cu_attention(float *out, const float *q, const dsp_cu_kv *kv, in
                              cudaStream_t st) {
     const int G = n_head / n_head_kv;
     if (G > MAX_GROUP || head_dim % 8) return cudaErrorInvalidValue;
-    attn_args a = {q, *kv, layer, n_head, n_head_kv, head_dim, max_chunks, scale, part, *m};
+    attn_args a = {q, *kv, layer, n_head, n_head_kv, head_dim, max_chunks, dsp_cu_attn_cmin(), scale, part, *m};
     const dim3 grid((unsigned)(n * n_head_kv), (unsigned)max_chunks);
     const size_t sm = attn_smem(G, head_dim, max_chunk_len);
     if (sm > ATT_SMEM_MAX) return cudaErrorInvalidValue;
     if (G <= 4) attn_chunk_kernel<4><<<grid, ATT_WARPS * 32, sm, st>>>(a);
     else if (G <= 8) attn_chunk_kernel<8><<<grid, ATT_WARPS * 32, sm, st>>>(a);
     else attn_chunk_kernel<16><<<grid, ATT_WARPS * 32, sm, st>>>(a);
-    attn_merge_kernel<<<(unsigned)(n * n_head), 128, 0, st>>>(out, part, n_head, head_dim, max_chunks, *m);
+    attn_merge_kernel<<<(unsigned)(n * n_head), 128, 0, st>>>(out, part, n_head, head_dim, max_chunks, a.cmin, *m);
     return cudaGetLastError();
+}
+
+int dsp_cu_attn_cmin(void) {
+    static const int c = [] {
+        const char *e = getenv("DSP_CUDA_ATTN_CHUNK");
+        const int v = e ? atoi(e) : 0;
+        return v == 32 || v == 64 ? v : 16;
+    }();
+    return c;
 }
 
 bool dsp_cu_pdl_enabled(void) {
