@@ -442,6 +442,7 @@ typedef struct dsp_drafter_info {
     int32_t tap_layers[16];     /* target layers whose outputs feed the drafter */
     int32_t mask_token;
     int32_t markov_rank;        /* 0: no Markov head */
+    const char *markov_head;    /* "vanilla", "gated", "rnn" (DeepSpec's markov_head_type), or "none" */
     bool confidence_head;
     bool shares_embedding, shares_lm_head; /* uses the target's tensors (no copy, or an equal one) */
     uint64_t n_params;          /* elements of the drafter's own tensors */

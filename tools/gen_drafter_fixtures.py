@@ -75,6 +75,8 @@ SETTINGS = {
     "deepspec-dflash-b7": [(0.0, None), (0.0, 3)],
     "deepspec-dspark-b7": [(0.0, None), (0.5, None), (0.7, 4)],
     "modelopt-dspark-b7": [(0.0, None), (0.5, None), (0.7, 4)],
+    "deepspec-dspark-gated-b7": [(0.0, None), (0.5, None)],
+    "deepspec-dspark-rnn-b7": [(0.0, None), (0.5, None)],
 }
 
 
@@ -392,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         "deepspec-dspark-b7": ds.Qwen3DSparkModel.from_pretrained(
             md("deepspec-dspark-b7"), dtype=torch.float32, attn_implementation="sdpa").eval(),
     }
+    for n in ("deepspec-dspark-gated-b7", "deepspec-dspark-rnn-b7"):  # DeepSpec's gated / rnn Markov heads
+        drafters[n] = ds.Qwen3DSparkModel.from_pretrained(md(n), dtype=torch.float32, attn_implementation="sdpa").eval()
     drafters["modelopt-dspark-b7"] = deepspec_from_modelopt(ds, md("modelopt-dspark-b7"), target)
     os.makedirs(a.out, exist_ok=True)
     prompts = [(n, t, tok(t, add_special_tokens=False)["input_ids"]) for n, t in PROMPTS]

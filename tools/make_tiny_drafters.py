@@ -17,6 +17,12 @@ Written (under --out, default build/tiny-drafters):
                               with Markov features, embed_tokens/lm_head copies, rope_parameters)
     deepspec-dflash-b7/       DeepSpec DFlash (Qwen3DSparkModel with markov_rank 0 and no
                               confidence head, block 7, slots 0..6)
+    deepspec-dspark-gated-b7/ deepspec-dspark-b7's backbone and heads with DeepSpec's gated Markov
+                              head (markov_head.gate_proj [80, 144] + bias), tapping the target's
+                              embedding output (target_layer_ids [-1, 1, 2]: -1 is hidden state 0)
+    deepspec-dspark-rnn-b7/   the same with the rnn Markov head (markov_head.joint_proj [240, 224]
+                              + bias; its output third maps W1[prev] through, so the bias stays a
+                              bigram-like signal) and the taps [0, 1, 2]
     modelopt-dspark-b7/       the same weights as deepspec-dspark-b7 in NVIDIA ModelOpt's
                               "z-lab-compatible" DSpark export (DFlashDraftModel + dflash_config
                               {projector_type: dspark, shift_label: true, ...}; tensors
@@ -88,7 +94,8 @@ TARGET_SEED, DRAFT_SEED = 4242, 5353
 MARKOV_GAIN = 4.0
 K = math.sqrt(3.0)                 # uniform(-K s, K s) has std s
 
-DRAFTERS = ("zlab-dflash-b16", "deepspec-dspark-b7", "deepspec-dflash-b7", "modelopt-dspark-b7")
+DRAFTERS = ("zlab-dflash-b16", "deepspec-dspark-b7", "deepspec-dflash-b7", "modelopt-dspark-b7",
+            "deepspec-dspark-gated-b7", "deepspec-dspark-rnn-b7")
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,6 +258,21 @@ def dspark_heads(tw: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
     }
 
 
+def markov_projection(kind: str, seed: int) -> dict[str, np.ndarray]:
+    """The gated (gate_proj) or rnn (joint_proj) Markov head's projection, DeepSpec names. Gated:
+    sigmoid of a random map of [h ; e] around +1, so gates vary between ~0.5 and ~0.95. Rnn: random
+    gate / candidate rows; the output rows copy e (W1[prev]) with a random part from [s ; h]."""
+    r = mtm._Rng(seed)
+    if kind == "gated":
+        w = r.uniform((RANK, H + RANK), 1.5 * K / math.sqrt(H + RANK))
+        b = r.uniform((RANK,), 0.5, 1.5)
+        return {"markov_head.gate_proj.weight": _f32(w), "markov_head.gate_proj.bias": _f32(b)}
+    w = r.uniform((3 * RANK, 2 * RANK + H), 0.5 * K / math.sqrt(2 * RANK + H)).astype(np.float64)
+    w[2 * RANK:, RANK:2 * RANK] += np.eye(RANK)
+    b = r.uniform((3 * RANK,), 0.2)
+    return {"markov_head.joint_proj.weight": _f32(w), "markov_head.joint_proj.bias": _f32(b)}
+
+
 def _deepspec_config(block: int, taps: list[int], dspark: bool) -> dict:
     c = copy.deepcopy(target_config())
     del c["rope_theta"], c["rope_scaling"]
@@ -307,6 +329,12 @@ def drafter(name: str, tw: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.nd
     heads = dspark_heads(tw, DRAFT_SEED + 3)
     if name == "deepspec-dspark-b7":
         return _deepspec_config(7, DEEPSPEC_TAPS, True), dict(w, **heads, **copies)
+    if name in ("deepspec-dspark-gated-b7", "deepspec-dspark-rnn-b7"):
+        kind = "gated" if "gated" in name else "rnn"
+        taps = [-1, 1, 2] if kind == "gated" else DEEPSPEC_TAPS
+        cfg = _deepspec_config(7, taps, True)
+        cfg["markov_head_type"] = kind
+        return cfg, dict(w, **heads, **markov_projection(kind, DRAFT_SEED + (4 if kind == "gated" else 5)), **copies)
     if name == "modelopt-dspark-b7":
         renamed = {k.split(".", 1)[1] if k.startswith("markov_head.") else
                    k.replace("confidence_head.proj.", "confidence_proj."): v for k, v in heads.items()}

@@ -131,9 +131,10 @@ int dsp_cmd_info(int argc, char **argv) {
             printf(", \"kind\": \"%s\", \"layout\": \"%s\", \"block\": %d, \"drafts_per_block\": %d, \"layers\": %d, \"tap_layers\": [",
                    bi->dspark ? "dspark" : "dflash", bi->layout_name, bi->block, bi->n_draft, bi->n_layers);
             for (int i = 0; i < bi->n_taps; i++) printf("%s%d", i ? ", " : "", bi->tap_layers[i]);
-            printf("], \"mask_token\": %d, \"markov_rank\": %d, \"confidence_head\": %s, \"shares_embedding\": %s, \"shares_lm_head\": %s, "
-                   "\"n_params\": %" PRIu64 "}, \"speculation_mode\": \"%s\"",
-                   bi->mask_token, bi->markov_rank, bi->confidence ? "true" : "false", bi->shares_embd ? "true" : "false",
+            printf("], \"mask_token\": %d, \"markov_rank\": %d, \"markov_head\": \"%s\", \"confidence_head\": %s, \"shares_embedding\": %s, "
+                   "\"shares_lm_head\": %s, \"n_params\": %" PRIu64 "}, \"speculation_mode\": \"%s\"",
+                   bi->mask_token, bi->markov_rank, bi->markov_rank ? dsp_markov_type_name(bi->markov_type) : "none", bi->confidence ? "true" : "false",
+                   bi->shares_embd ? "true" : "false",
                    bi->shares_head ? "true" : "false", bi->n_params, bi->dspark ? "dspark" : "dflash");
         }
         printf("}\n");
@@ -176,7 +177,8 @@ int dsp_cmd_info(int argc, char **argv) {
                bi->n_draft, bi->slot0 ? "slots 1.. predict their own positions" : "slot k predicts position k+1");
         printf("  layers:       %d, taps of model layers", bi->n_layers);
         for (int i = 0; i < bi->n_taps; i++) printf("%s%d", i ? ", " : " ", bi->tap_layers[i]);
-        printf("\n  heads:        %s%s\n", bi->markov_rank ? "Markov (vanilla)" : "no Markov", bi->confidence ? ", confidence" : ", no confidence");
+        if (bi->markov_rank) printf("\n  heads:        Markov (%s, rank %d)%s\n", dsp_markov_type_name(bi->markov_type), bi->markov_rank, bi->confidence ? ", confidence" : ", no confidence");
+        else printf("\n  heads:        no Markov%s\n", bi->confidence ? ", confidence" : ", no confidence");
         printf("  parameters:   %s of its own; embedding %s, LM head %s\n", a, bi->shares_embd ? "shared with the model" : "its own copy",
                bi->shares_head ? "shared with the model" : "its own copy");
         printf("  fits:         yes (hidden size, vocabulary, tap layers, mask token %d)\n", bi->mask_token);

@@ -72,7 +72,7 @@ dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path, int32_t draft_
     DSP_LOGD("drafter %s: %s %s, block %d (%d drafts), %d layers, taps [%d..%d] (%d), %s%s", in->path, in->layout_name,
              in->dspark ? "DSpark" : "DFlash", in->block, in->n_draft, in->n_layers, in->tap_layers[0], in->tap_layers[in->n_taps - 1],
              in->n_taps, in->shares_embd && in->shares_head ? "embedding and LM head shared with the target" : "own embedding/LM head",
-             in->markov_rank ? ", Markov head" : "");
+             in->markov_rank ? in->markov_type == DSP_MARKOV_VANILLA ? ", Markov head" : in->markov_type == DSP_MARKOV_GATED ? ", gated Markov head" : ", rnn Markov head" : "");
     DSP_LOGD("drafter %s: draft vocabulary %d of %d tokens (%s)", in->path, in->draft_vocab, e->n_vocab, in->draft_vocab_source);
     return DSP_OK;
 }
@@ -91,6 +91,7 @@ bool dsp_engine_drafter_info(const dsp_engine *e, dsp_drafter_info *out) {
     for (int i = 0; i < in->n_taps && i < 16; i++) out->tap_layers[i] = in->tap_layers[i];
     out->mask_token = in->mask_token;
     out->markov_rank = in->markov_rank;
+    out->markov_head = in->markov_rank ? dsp_markov_type_name(in->markov_type) : "none";
     out->confidence_head = in->confidence;
     out->shares_embedding = in->shares_embd;
     out->shares_lm_head = in->shares_head;

@@ -218,7 +218,7 @@ static dsp_status validate(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, cons
     if (b->n_taps < 0 || b->n_taps > f->max_taps)
         return dsp_error(DSP_ERR_INVALID_ARG, "%d tap layers asked, this forward was created for at most %d", b->n_taps, f->max_taps);
     for (int t = 0; t < b->n_taps; t++)
-        if (b->tap_layers[t] < 0 || b->tap_layers[t] >= hp->n_layer)
+        if (b->tap_layers[t] < -1 || b->tap_layers[t] >= hp->n_layer) /* -1: the embedding output */
             return dsp_error(DSP_ERR_INVALID_ARG, "tap layer %d out of range (model has %d layers)", b->tap_layers[t], hp->n_layer);
     for (int r = 0; r < b->n_logits; r++)
         if (b->logit_rows[r] < 0 || b->logit_rows[r] >= b->n_tokens)
@@ -260,6 +260,8 @@ dsp_status dsp_fwd_run(dsp_fwd *f, dsp_kv_seq *const *seqs, int n_seqs, const ds
     if ((st = o->begin(be, &bb))) return st;
     o->embed(be, f->x, f->tok_embd, E);
     const float scale = 1.0f / sqrtf((float)hp->head_dim);
+    for (int t = 0; t < nt; t++) /* tap -1: the embedding output, the input of layer 0 */
+        if (b->tap_layers[t] == -1) o->copy_rows(be, f->taps, (size_t)nt * E, (size_t)t * E, f->x, (size_t)E, 0, n, (size_t)E);
     for (int l = 0; l < hp->n_layer; l++) {
         const fwd_layer *L = &f->layers[l];
         o->rmsnorm(be, f->h, f->x, L->attn_norm, n, E, hp->rms_eps, NULL);

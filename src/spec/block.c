@@ -53,6 +53,7 @@ void dsp_block_destroy(dsp_block_drafter *d) {
     free(d->layers);
     free(d->btok), free(d->bpos), free(d->bseq), free(d->bkeys), free(d->brow), free(d->bseqs), free(d->bout0), free(d->bmrow);
     free(d->hlogits), free(d->hhid), free(d->he), free(d->hbias), free(d->conf_wf), free(d->btoks), free(d->bn), free(d->banchor);
+    free(d->mk_pwf), free(d->mk_pbf), free(d->mk_state);
     free(d->vids), free(d->head_sub_mem), free(d->w2_sub_mem);
     dsp_model_destroy(d->m);
     free(d);
@@ -170,7 +171,7 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
     /* DSP_DRAFT_HOST_CHAIN=1 keeps the slots' chain on the host (for comparisons) */
     const char *hc = getenv("DSP_DRAFT_HOST_CHAIN");
     d->host_chain = hc && *hc && strcmp(hc, "0");
-    if (r && o->markov_greedy && !d->host_chain && !d->vids) { /* W1 as f32 rows on the backend: the greedy chain runs there */
+    if (r && o->markov_greedy && !d->host_chain && !d->vids && in->markov_type == DSP_MARKOV_VANILLA) { /* W1 as f32 rows on the backend: the greedy chain runs there */
         float *w1 = malloc(V * r * sizeof(float));
         if (!w1) return dsp_error(DSP_ERR_NOMEM, "no memory for the Markov head's W1 as f32 (%zu x %zu)", V, r);
         const size_t rb = dsp_dtype_row_bytes(d->mk_w1->type, (uint64_t)r);
@@ -184,6 +185,18 @@ dsp_status dsp_block_attach(dsp_block_drafter *d, dsp_backend *be, dsp_kv_pool *
         size_t n = (size_t)d->conf_w->ne[0];
         if ((st = dsp_dequantize_row(d->conf_w->type, d->conf_w->data, d->conf_wf, n))) return st;
         d->conf_bias = ((const float *)d->conf_b->data)[0];
+    }
+    if (d->mk_pw) { /* the gated / rnn head's projection as f32 rows, and the rnn state */
+        const size_t in_w = (size_t)d->mk_pw->ne[0], out_w = (size_t)d->mk_pw->ne[1];
+        const size_t rb = dsp_dtype_row_bytes(d->mk_pw->type, (uint64_t)in_w);
+        d->mk_pwf = malloc(in_w * out_w * sizeof(float));
+        d->mk_pbf = malloc(out_w * sizeof(float));
+        d->mk_state = malloc(R * (r + out_w) * sizeof(float));
+        if (!d->mk_pwf || !d->mk_pbf || !d->mk_state) return dsp_error(DSP_ERR_NOMEM, "no memory for the Markov head's projection");
+        for (size_t i = 0; i < out_w && !st; i++)
+            st = dsp_dequantize_row(d->mk_pw->type, (const uint8_t *)d->mk_pw->data + i * rb, d->mk_pwf + i * in_w, (uint64_t)in_w);
+        if (!st) st = dsp_dequantize_row(d->mk_pb->type, d->mk_pb->data, d->mk_pbf, (uint64_t)out_w);
+        if (st) return st;
     }
     return DSP_OK;
 }
@@ -263,6 +276,36 @@ static float dot(const float *a, const float *b, size_t n) {
     float s = 0;
     for (size_t i = 0; i < n; i++) s += a[i] * b[i];
     return s;
+}
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* The gated / rnn Markov head's W2 input (block.h's DSP_MARKOV_*), in place of e = W1[prev], for
+ * slot k of request j with normed hidden h; the rnn state of request j restarts at slot 0. */
+static void markov_latent(dsp_block_drafter *d, int j, int k, const float *h, float *e) {
+    const int r = d->info.markov_rank, E = d->m->hp.n_embd;
+    const float *W = d->mk_pwf, *b = d->mk_pbf;
+    float *st = d->mk_state + (size_t)j * (size_t)(r + d->mk_pw->ne[1]), *z = st + r; /* (request j's state and scratch) */
+    if (d->info.markov_type == DSP_MARKOV_GATED) { /* g = sigmoid(P [h ; e] + b); u = g * e */
+        float *g = z;
+        for (int i = 0; i < r; i++) {
+            const float *w = W + (size_t)i * (size_t)(E + r);
+            g[i] = sigmoidf(dot(w, h, (size_t)E) + dot(w + E, e, (size_t)r) + b[i]);
+        }
+        for (int i = 0; i < r; i++) e[i] *= g[i];
+        return;
+    }
+    /* rnn: (gate, cand, out) = P [s ; e ; h] + b */
+    if (k == 0) memset(st, 0, sizeof(float) * (size_t)r);
+    for (int i = 0; i < 3 * r; i++) {
+        const float *w = W + (size_t)i * (size_t)(2 * r + E);
+        z[i] = dot(w, st, (size_t)r) + dot(w + r, e, (size_t)r) + dot(w + 2 * r, h, (size_t)E) + b[i];
+    }
+    for (int i = 0; i < r; i++) {
+        const float gt = sigmoidf(z[i]);
+        st[i] = gt * st[i] + (1.0f - gt) * tanhf(z[r + i]);
+        e[i] = tanhf(z[2 * r + i]);
+    }
 }
 
 dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
@@ -345,9 +388,9 @@ dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
     } else if ((st = o->buf_read(be, d->logits, 0, d->hlogits, (size_t)n_out * (size_t)V))) {
         return st;
     }
-    bool any_conf = false;
-    for (int j = 0; j < n; j++) any_conf |= reqs[j].confidence && d->conf_w;
-    if (any_conf && (st = o->buf_read(be, d->h, 0, d->hhid, (size_t)n_out * (size_t)E))) return st;
+    bool any_conf = false, any_latent = false; /* the normed hidden rows feed the confidence head and the gated / rnn Markov head */
+    for (int j = 0; j < n; j++) any_conf |= reqs[j].confidence && d->conf_w, any_latent |= reqs[j].markov && d->mk_pw;
+    if ((any_conf || any_latent) && (st = o->buf_read(be, d->h, 0, d->hhid, (size_t)n_out * (size_t)E))) return st;
     if (on_dev && !any_conf) return DSP_OK;
     /* the slots in order: Markov bias and confidence need the previous slot's token (with the
      * chain on the device, the tokens are known and only the confidences' truncation remains) */
@@ -375,6 +418,7 @@ dsp_status dsp_block_draft(dsp_block_drafter *d, dsp_block_req *reqs, int n) {
                     continue;
                 }
             }
+            if (!on_dev && q->markov && d->mk_pw) markov_latent(d, j, k, d->hhid + (size_t)(out0[j] + k) * (size_t)E, e);
             if (need_e) mrow[j] = m++;
             markov_rows |= !on_dev && q->markov && r > 0;
         }

@@ -46,6 +46,15 @@
 
 typedef enum dsp_block_layout { DSP_BLOCK_ZLAB = 0, DSP_BLOCK_DEEPSPEC, DSP_BLOCK_MODELOPT } dsp_block_layout;
 
+/* The Markov head's variants (DeepSpec's markov_head_type): the W2 input u for slot k from
+ * e = W1[previous token] and the slot's normed hidden h_k:
+ *   VANILLA  u = e
+ *   GATED    u = sigmoid(gate_proj [h_k ; e]) * e
+ *   RNN      z = [s ; e ; h_k], (g, c, o) = joint_proj z, s' = sigmoid(g) s + (1 - sigmoid(g)) tanh(c),
+ *            u = tanh(o); s starts at zero in each block */
+enum { DSP_MARKOV_VANILLA = 0, DSP_MARKOV_GATED, DSP_MARKOV_RNN };
+static inline const char *dsp_markov_type_name(int t) { return t == DSP_MARKOV_GATED ? "gated" : t == DSP_MARKOV_RNN ? "rnn" : "vanilla"; }
+
 typedef struct dsp_block_info {
     const char *path;          /* the directory */
     dsp_block_layout layout;
@@ -56,9 +65,10 @@ typedef struct dsp_block_info {
     int slot0;                 /* first slot that drafts: 1 (z-lab) or 0 (shifted) */
     int n_layers, n_embd, n_head, n_head_kv, head_dim, n_ff;
     int n_taps;
-    int tap_layers[DSP_BLOCK_MAX_TAPS]; /* target layer whose output is tapped, in fc's order */
+    int tap_layers[DSP_BLOCK_MAX_TAPS]; /* target layer whose output is tapped, in fc's order; -1: the embedding output */
     int32_t mask_token;
     int markov_rank;           /* 0: no Markov head */
+    int markov_type;           /* DSP_MARKOV_*: how the bias W2 . u is made (DRAFTERS.md §2.6) */
     bool confidence;           /* confidence head present */
     bool conf_with_markov;     /* its features are [h ; W1[prev]] (else h) */
     bool shares_embd, shares_head; /* the target's tensors are used (none of its own, or an equal copy) */

@@ -21,6 +21,7 @@ struct dsp_block_drafter {
     const dsp_tensor *head;       /* (n_embd -> n_vocab) */
     const dsp_tensor *mk_w1;      /* (r, n_vocab): row t = W1[t] (an embedding) */
     const dsp_tensor *mk_w2;      /* (r -> n_vocab) */
+    const dsp_tensor *mk_pw, *mk_pb; /* gated: gate_proj (n_embd + r -> r); rnn: joint_proj (2r + n_embd -> 3r); + bias */
     const dsp_tensor *conf_w;     /* (n_embd [+ r] -> 1) */
     const dsp_tensor *conf_b;     /* (1) f32 */
     /* backend */
@@ -52,6 +53,8 @@ struct dsp_block_drafter {
     int *bn;                      /* (max_reqs) slots per request in the device chain */
     int32_t *banchor;             /* (max_reqs) */
     float *conf_wf;               /* (n_embd + r) the confidence weights as f32 */
+    float *mk_pwf, *mk_pbf;       /* mk_pw / mk_pb as f32 (gated, rnn) */
+    float *mk_state;              /* (max_reqs, r) the rnn head's state; (max_reqs, 3r) scratch after it */
     float conf_bias;
     /* draft vocabulary (block.h): Vd tokens, vids ascending (NULL: Vd = n_vocab, all) */
     int Vd;

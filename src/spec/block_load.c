@@ -125,8 +125,10 @@ static dsp_status read_config(dsp_block_drafter *d, const json_t *c, const dsp_m
     else if (st != DSP_ERR_NOT_FOUND) return st;
     if (in->markov_rank > 0) {
         if ((st = opt_str(c, dc, "markov_head_type", &mtype)) && st != DSP_ERR_NOT_FOUND) return st;
-        if (mtype && strcmp(mtype, "vanilla"))
-            return dsp_error(DSP_ERR_UNSUPPORTED, "markov_head_type '%.40s' is not supported (vanilla is)", mtype);
+        if (!mtype || !strcmp(mtype, "vanilla")) in->markov_type = DSP_MARKOV_VANILLA;
+        else if (!strcmp(mtype, "gated")) in->markov_type = DSP_MARKOV_GATED;
+        else if (!strcmp(mtype, "rnn")) in->markov_type = DSP_MARKOV_RNN;
+        else return dsp_error(DSP_ERR_UNSUPPORTED, "markov_head_type '%.40s' is not supported (vanilla, gated, rnn are)", mtype);
     }
     bool conf = false;
     if ((st = opt_bool(c, dc, "enable_confidence_head", &conf)) == DSP_ERR_NOT_FOUND) st = opt_bool(c, dc, "use_confidence_head", &conf);
@@ -165,9 +167,9 @@ static dsp_status check_fit(const dsp_block_drafter *d, const json_t *c, const d
     if (st && st != DSP_ERR_NOT_FOUND) return st;
     for (int i = 0; i < in->n_taps; i++) {
         int l = in->tap_layers[i];
-        if (l == -1) return dsp_error(DSP_ERR_UNSUPPORTED, "target_layer_ids[%d] = -1 (the embedding output) is not supported", i);
-        if (l < 0 || l >= th->n_layer)
-            return dsp_error(DSP_ERR_INVALID_ARG, "target_layer_ids[%d] = %d is outside the target's layers 0..%d", i, l, th->n_layer - 1);
+        if (l < -1 || l >= th->n_layer) /* -1: the embedding output (DeepSpec's extract_context_feature) */
+            return dsp_error(DSP_ERR_INVALID_ARG, "target_layer_ids[%d] = %d is outside the target's layers 0..%d (and -1, the embedding output)", i,
+                             l, th->n_layer - 1);
         if (l == th->n_layer - 1)
             return dsp_error(DSP_ERR_INVALID_ARG,
                              "target_layer_ids[%d] = %d is the target's last layer, whose Hugging Face hidden state is normed (DeepSpec "
@@ -261,6 +263,15 @@ static dsp_status bind(dsp_block_drafter *d, const dsp_model *t, const char *pfx
             snprintf(n2, sizeof n2, "%s%smarkov_w2.weight", pfx, p);
         }
         if ((st = dsp_hf_mat(m, n1, r, V, false, &d->mk_w1)) || (st = dsp_hf_mat(m, n2, r, V, false, &d->mk_w2))) return st;
+        /* the gated / rnn variants' projection, under the same prefix as W1 */
+        if (in->markov_type != DSP_MARKOV_VANILLA) {
+            const bool rnn = in->markov_type == DSP_MARKOV_RNN;
+            const char *lin = rnn ? "joint_proj" : "gate_proj";
+            const int64_t in_w = rnn ? 2 * r + E : E + r, out_w = rnn ? 3 * r : r;
+            snprintf(n1, sizeof n1, "%s%s%s.weight", pfx, p, lin);
+            snprintf(n2, sizeof n2, "%s%s%s.bias", pfx, p, lin);
+            if ((st = dsp_hf_mat(m, n1, in_w, out_w, false, &d->mk_pw)) || (st = dsp_hf_vec(m, n2, out_w, false, &d->mk_pb))) return st;
+        }
     }
     if (in->confidence) {
         const char *wn = "confidence_head.proj.weight", *bn = "confidence_head.proj.bias";

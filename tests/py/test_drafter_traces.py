@@ -37,7 +37,8 @@ TOL = 1e-3
 
 import make_tiny_drafters as mtd  # noqa: E402
 
-DRAFTERS = ["zlab-dflash-b16", "deepspec-dflash-b7", "deepspec-dspark-b7", "modelopt-dspark-b7"]
+DRAFTERS = ["zlab-dflash-b16", "deepspec-dflash-b7", "deepspec-dspark-b7", "modelopt-dspark-b7", "deepspec-dspark-gated-b7",
+            "deepspec-dspark-rnn-b7"]
 
 
 @pytest.fixture(scope="module")
