@@ -169,6 +169,14 @@ def test_bad_drafters(models, tmp_path):
     _refused(models, d, "target_layer_ids[2] = 7", "outside the target's layers 0..3")
     _edit_config(d, lambda c: c.update(target_layer_ids=[0, 1, 3]))
     _refused(models, d, "last layer")
+    _edit_config(d, lambda c: c.update(target_layer_ids=[-2, 1, 2]))  # -1 is the embedding output; -2 is nothing
+    _refused(models, d, "\"target_layer_ids\"[0] is not a layer index")
+    # Markov head variants: an unknown one, and a config that names a head whose tensors are not there
+    g = _copy(models, tmp_path, "deepspec-dspark-gated-b7", "variant")
+    _edit_config(g, lambda c: c.update(markov_head_type="lstm"))
+    _refused(models, g, "markov_head_type 'lstm' is not supported")
+    _edit_config(g, lambda c: c.update(markov_head_type="rnn"))
+    _refused(models, g, "markov_head.joint_proj.weight")
     # mask token outside the vocabulary (z-lab keeps it in dflash_config)
     z = _copy(models, tmp_path, "zlab-dflash-b16", "mask")
     _edit_config(z, lambda c: c["dflash_config"].update(mask_token_id=512))
