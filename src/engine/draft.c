@@ -69,10 +69,10 @@ dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path, int32_t draft_
     dsp_status st = dsp_block_attach(e->bd, e->be, e->kv, in->shares_embd ? dsp_fwd_embd(e->fwd) : NULL,
                                      in->shares_head ? dsp_fwd_output(e->fwd) : NULL, &lim);
     if (st) return st;
-    DSP_LOGD("drafter %s: %s %s, block %d (%d drafts), %d layers, taps [%d..%d] (%d), %s%s", in->path, in->layout_name,
+    DSP_LOGD("drafter %s: %s %s, block %d (%d drafts), %d layers, taps [%d..%d] (%d), %s%s%s", in->path, in->layout_name,
              in->dspark ? "DSpark" : "DFlash", in->block, in->n_draft, in->n_layers, in->tap_layers[0], in->tap_layers[in->n_taps - 1],
              in->n_taps, in->shares_embd && in->shares_head ? "embedding and LM head shared with the target" : "own embedding/LM head",
-             in->markov_rank ? in->markov_type == DSP_MARKOV_VANILLA ? ", Markov head" : in->markov_type == DSP_MARKOV_GATED ? ", gated Markov head" : ", rnn Markov head" : "");
+             in->markov_rank ? ", Markov head: " : "", in->markov_rank ? dsp_markov_type_name(in->markov_type) : "");
     DSP_LOGD("drafter %s: draft vocabulary %d of %d tokens (%s)", in->path, in->draft_vocab, e->n_vocab, in->draft_vocab_source);
     return DSP_OK;
 }
