@@ -194,6 +194,23 @@ def read_prompts(args) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
+def generate_rows(target, ids, att, device, kw) -> list[list[int]]:
+    """target.generate over a left-padded batch, as lists of token ids (prompt + answer, without
+    trailing pad); a batch the GPU has no memory for is split in halves and generated in turn."""
+    import torch
+    try:
+        with torch.inference_mode():
+            out = target.generate(input_ids=ids.to(device), attention_mask=att.to(device), **kw)
+        return out.tolist()
+    except torch.OutOfMemoryError:
+        if ids.shape[0] < 2:
+            raise
+        torch.cuda.empty_cache()
+        h = ids.shape[0] // 2
+        log(f"data: out of GPU memory at {ids.shape[0]} rows: two halves")
+        return generate_rows(target, ids[:h], att[:h], device, kw) + generate_rows(target, ids[h:], att[h:], device, kw)
+
+
 def step_data(args, target, tok, device) -> None:
     import torch
     from tqdm import tqdm
@@ -202,19 +219,25 @@ def step_data(args, target, tok, device) -> None:
     ps = read_prompts(args)
     eos = stop_ids(target, tok)
     rng = random.Random(args.seed)
-    jobs = []  # (prompt, mode): eval prompts first (greedy), then training prompts
-    for p in ps:
-        if p["split"] == "eval":
-            jobs.append((p, "greedy"))
+    per_src = {}
+    for kv in filter(None, args.samples_by_source.split(",")):
+        k, v = kv.split("=")
+        per_src[k.strip()] = int(v)
+    # (prompt, mode): eval prompts first (greedy), then every training prompt's greedy answer, then
+    # the sampled answers (each list shuffled), so that a time budget cuts sampled answers first
+    ev = [(p, "greedy") for p in ps if p["split"] == "eval"]
     train = [p for p in ps if p["split"] == "train"]
+    greedy = [(p, "greedy") for p in train]
+    sampled = []
     for p in train:
-        jobs.append((p, "greedy"))
-        if rng.random() < args.sample_frac:
-            jobs.append((p, "sampled"))
-    ev = [j for j in jobs if j[0]["split"] == "eval"]
-    tr = [j for j in jobs if j[0]["split"] == "train"]
-    rng.shuffle(tr)
-    jobs = ev + tr
+        n = per_src.get(p["source"])
+        if n is None:  # --sample-frac: its whole part always, its fraction by chance
+            f = args.sample_frac
+            n = int(f) + (rng.random() < f - int(f))
+        sampled += [(p, "sampled")] * n
+    rng.shuffle(greedy)
+    rng.shuffle(sampled)
+    jobs = ev + greedy + sampled
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
@@ -222,14 +245,21 @@ def step_data(args, target, tok, device) -> None:
     done = {os.path.basename(f) for f in glob.glob(os.path.join(ddir, "shard-*.pt"))}
     t0 = time.time()
     n_batches = (len(jobs) + bs - 1) // bs
+    log(f"data: {len(jobs)} jobs ({len(ev)} held out, {len(greedy)} greedy, {len(sampled)} sampled) "
+        f"in {n_batches} batches of {bs}")
     bar = tqdm(range(n_batches), desc="data", unit="batch", mininterval=5)
+    n_run = 0
     for bi in bar:
         name = f"shard-{bi:05d}.pt"
         if name in done:
             continue
-        if args.data_seconds and time.time() - t0 > args.data_seconds:
+        spent = time.time() - t0
+        # stop before a batch that would not finish inside the budget (by the mean batch time so far)
+        if args.data_seconds and (spent > args.data_seconds or
+                                  (n_run and spent + spent / n_run > args.data_seconds)):
             log(f"data: time budget reached after {bi} of {n_batches} batches")
             break
+        n_run += 1
         batch = jobs[bi * bs:(bi + 1) * bs]
         texts = [tok.apply_chat_template(p["messages"], add_generation_prompt=True, tokenize=False)
                  for p, _ in batch]
@@ -248,12 +278,10 @@ def step_data(args, target, tok, device) -> None:
             kw = dict(do_sample=False) if mode == "greedy" else dict(
                 do_sample=True, temperature=args.sample_temp, top_p=0.95, top_k=0)
             torch.manual_seed(args.seed * 1000003 + bi)
-            with torch.inference_mode():
-                out = target.generate(input_ids=ids.to(device), attention_mask=att.to(device),
-                                      max_new_tokens=args.max_new, eos_token_id=eos,
-                                      pad_token_id=tok.pad_token_id, **kw)
+            out = generate_rows(target, ids, att, device, dict(
+                max_new_tokens=args.max_new, eos_token_id=eos, pad_token_id=tok.pad_token_id, **kw))
             for r, i in enumerate(idx):
-                ans = out[r, L:].tolist()
+                ans = out[r][L:]
                 cut = next((j + 1 for j, t in enumerate(ans) if t in eos), len(ans))
                 p = batch[i][0]
                 records.append({"id": p["id"], "split": p["split"], "source": p["source"],
@@ -647,7 +675,9 @@ def parse_args(argv=None):
     g.add_argument("--max-prompt", type=int, default=384)
     g.add_argument("--max-new", type=int, default=256)
     g.add_argument("--gen-batch", type=int, default=256)
-    g.add_argument("--sample-frac", type=float, default=0.5, help="share of training prompts also answered by sampling")
+    g.add_argument("--sample-frac", type=float, default=0.5, help="sampled answers per training prompt: its whole part for every prompt, its fraction by chance")
+    g.add_argument("--samples-by-source", default="",
+                   help="sampled answers per training prompt by source, e.g. written=3,python=2 (others: --sample-frac)")
     g.add_argument("--sample-temp", type=float, default=0.8)
     g.add_argument("--data-seconds", type=float, default=0, help="stop generating after this long (0: no limit)")
     g = ap.add_argument_group("training")
