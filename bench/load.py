@@ -11,8 +11,9 @@
              N times on one server and reports each level's median throughput; the engine's
              /metrics say where its time went per round (rows, forward ms, host ms outside the
              forward). --vs-serve-args ARGS starts a second server and runs each level on both,
-             alternately, reporting the ratio of the two per level (median over the repeats): on a
-             shared machine this compares like with like. Every response is checked against the
+             alternately (the first server first in odd repeats, the second in even ones), reporting
+             the ratio of the two per level (median over the repeats): on a shared machine this
+             compares like with like; use an even --repeat. Every response is checked against the
              same request run alone first.
   multiturn  a ~2,000-token conversation: the first turn cold, then follow-up turns that reuse
              its KV from the prefix cache; the follow-up's TTFT against the same request on a
@@ -99,7 +100,8 @@ class Server:
 
     def metrics(self):
         """The engine's round counters from /metrics (zeros for a server without them)."""
-        names = ("dspark_rounds_total", "dspark_forward_rows_total", "dspark_forward_seconds_total", "dspark_round_host_seconds_total")
+        names = ("dspark_rounds_total", "dspark_forward_rows_total", "dspark_forward_seconds_total", "dspark_round_host_seconds_total",
+                 "dspark_spec_rounds_total", "dspark_spec_drafted_tokens_total", "dspark_spec_accepted_tokens_total")
         c = http.client.HTTPConnection(self.host, self.port, timeout=30)
         c.request("GET", "/metrics")
         text = c.getresponse().read().decode()
@@ -213,7 +215,10 @@ def sweep_level(a, srv, refs, n_cl):
               "forward_ms_per_round": round(1e3 * d["dspark_forward_seconds_total"] / rounds, 3) if rounds else None,
               "host_ms_per_round": round(1e3 * d["dspark_round_host_seconds_total"] / rounds, 3) if rounds else None,
               "forward_share": round(d["dspark_forward_seconds_total"] / wall, 3),
-              "host_share": round(d["dspark_round_host_seconds_total"] / wall, 3)}
+              "host_share": round(d["dspark_round_host_seconds_total"] / wall, 3),
+              # speculation, counted when a request ends: its decoding rounds, drafts verified, drafts accepted
+              "request_rounds": int(d["dspark_spec_rounds_total"]), "drafted": int(d["dspark_spec_drafted_tokens_total"]),
+              "accepted": int(d["dspark_spec_accepted_tokens_total"])}
     toks = sum(r[0] for r in res)
     ttft = [r[2][0] - r[1] for r in res if r[2]]
     itl = [b - a_ for r in res for a_, b in zip(r[2], r[2][1:])]
@@ -253,9 +258,13 @@ def sweep(a):
         runs = [[] for _ in srvs]
         for rep in range(a.repeat):
             levels = [[] for _ in srvs]
+            # which server goes first alternates by repeat (A B, then B A): a fixed order puts any effect
+            # of the position (and the machine's drift) on one side; baseline against itself with the
+            # fixed order gave the first server median ratios of 0.978 (4 clients) and 0.982 (8), 3 repeats
+            order = list(range(len(srvs))) if rep % 2 == 0 else list(reversed(range(len(srvs))))
             for n_cl in [int(x) for x in a.levels.split(",")]:
-                for k, srv in enumerate(srvs):
-                    levels[k].append(sweep_level(a, srv, refs, n_cl))
+                for k in order:
+                    levels[k].append(sweep_level(a, srvs[k], refs, n_cl))
             for k in range(len(srvs)):
                 runs[k].append(levels[k])
         outs = []
