@@ -11,8 +11,11 @@
              N times on one server and reports each level's median throughput; the engine's
              /metrics say where its time went per round (rows, forward ms, host ms outside the
              forward). --vs-serve-args ARGS starts a second server and runs each level on both,
-             alternately, reporting the ratio of the two per level (median over the repeats): on a
-             shared machine this compares like with like. Every response is checked against the
+             alternately (the first server first in odd repeats, the second in even ones), reporting
+             the ratio of the two per level (median over the repeats): on a shared machine this
+             compares like with like; use an even --repeat. A pair in which either server got less
+             than 90% of the cores the level's runs usually get (server_cores: CPU s / wall s) was
+             disturbed by another process and is left out of ratio_median_undisturbed. Every response is checked against the
              same request run alone first.
   multiturn  a ~2,000-token conversation: the first turn cold, then follow-up turns that reuse
              its KV from the prefix cache; the follow-up's TTFT against the same request on a
@@ -99,7 +102,8 @@ class Server:
 
     def metrics(self):
         """The engine's round counters from /metrics (zeros for a server without them)."""
-        names = ("dspark_rounds_total", "dspark_forward_rows_total", "dspark_forward_seconds_total", "dspark_round_host_seconds_total")
+        names = ("dspark_rounds_total", "dspark_forward_rows_total", "dspark_forward_seconds_total", "dspark_round_host_seconds_total",
+                 "dspark_spec_rounds_total", "dspark_spec_drafted_tokens_total", "dspark_spec_accepted_tokens_total")
         c = http.client.HTTPConnection(self.host, self.port, timeout=30)
         c.request("GET", "/metrics")
         text = c.getresponse().read().decode()
@@ -213,13 +217,16 @@ def sweep_level(a, srv, refs, n_cl):
               "forward_ms_per_round": round(1e3 * d["dspark_forward_seconds_total"] / rounds, 3) if rounds else None,
               "host_ms_per_round": round(1e3 * d["dspark_round_host_seconds_total"] / rounds, 3) if rounds else None,
               "forward_share": round(d["dspark_forward_seconds_total"] / wall, 3),
-              "host_share": round(d["dspark_round_host_seconds_total"] / wall, 3)}
+              "host_share": round(d["dspark_round_host_seconds_total"] / wall, 3),
+              # speculation, counted when a request ends: its decoding rounds, drafts verified, drafts accepted
+              "request_rounds": int(d["dspark_spec_rounds_total"]), "drafted": int(d["dspark_spec_drafted_tokens_total"]),
+              "accepted": int(d["dspark_spec_accepted_tokens_total"])}
     toks = sum(r[0] for r in res)
     ttft = [r[2][0] - r[1] for r in res if r[2]]
     itl = [b - a_ for r in res for a_, b in zip(r[2], r[2][1:])]
     lv = {"clients": n_cl, "requests": len(res), "wall_s": round(wall, 2), "completion_tokens": toks,
           "throughput_tok_s": round(toks / wall, 2), "ttft_s": stats(ttft), "itl_s": stats(itl),
-          "server_cpu_s": round(cpu_srv, 2), "tok_per_server_cpu_s": round(toks / cpu_srv, 2) if cpu_srv > 0 else None, "client_cpu_s": round(cpu_cl, 2), "client_cpu_share": round(cpu_cl / wall, 3),
+          "server_cpu_s": round(cpu_srv, 2), "server_cores": round(cpu_srv / wall, 2), "tok_per_server_cpu_s": round(toks / cpu_srv, 2) if cpu_srv > 0 else None, "client_cpu_s": round(cpu_cl, 2), "client_cpu_share": round(cpu_cl / wall, 3),
           "engine": engine, "loadavg_before": round(load0, 2), "loadavg_after": round(os.getloadavg()[0], 2),
           "n_problems": len(problems), "problems": problems[:10]}
     print("  sweep: %2d clients: %.1f tok/s aggregate, TTFT p50 %.3f p99 %.3f s, ITL p50 %.4f p99 %.4f s, CPU s server %.1f client %.1f "
@@ -253,9 +260,13 @@ def sweep(a):
         runs = [[] for _ in srvs]
         for rep in range(a.repeat):
             levels = [[] for _ in srvs]
+            # which server goes first alternates by repeat (A B, then B A): a fixed order puts any effect
+            # of the position (and the machine's drift) on one side; baseline against itself with the
+            # fixed order gave the first server median ratios of 0.978 (4 clients) and 0.982 (8), 3 repeats
+            order = list(range(len(srvs))) if rep % 2 == 0 else list(reversed(range(len(srvs))))
             for n_cl in [int(x) for x in a.levels.split(",")]:
-                for k, srv in enumerate(srvs):
-                    levels[k].append(sweep_level(a, srv, refs, n_cl))
+                for k in order:
+                    levels[k].append(sweep_level(a, srvs[k], refs, n_cl))
             for k in range(len(srvs)):
                 runs[k].append(levels[k])
         outs = []
@@ -276,9 +287,18 @@ def sweep(a):
         ratios = []
         for i, lv in enumerate(outs[0]["levels"]):
             rs = [runs[0][r][i]["throughput_tok_s"] / runs[1][r][i]["throughput_tok_s"] for r in range(a.repeat)]
-            ratios.append({"clients": lv["clients"], "ratio_median": round(pct(rs, 50), 3), "ratios": [round(x, 3) for x in rs]})
-            print("  sweep: %2d clients: '%s' / '%s' = %.3f (median of %s)" % (lv["clients"], a.serve_args, a.vs_serve_args, pct(rs, 50),
-                                                                               ", ".join("%.3f" % x for x in rs)), file=sys.stderr)
+            # a run whose server got less than 90% of the cores the level's runs usually get shared the
+            # machine with something else (the server's threads spin, so it uses every core it gets):
+            # its pair is reported, and left out of ratio_median_undisturbed
+            cores = [runs[k][r][i]["server_cores"] for k in range(2) for r in range(a.repeat)]
+            ok = [min(runs[0][r][i]["server_cores"], runs[1][r][i]["server_cores"]) >= 0.9 * pct(cores, 50) for r in range(a.repeat)]
+            ru = [x for x, o in zip(rs, ok) if o]
+            ratios.append({"clients": lv["clients"], "ratio_median": round(pct(rs, 50), 3), "ratios": [round(x, 3) for x in rs],
+                           "disturbed": [r for r in range(a.repeat) if not ok[r]],
+                           "ratio_median_undisturbed": round(pct(ru, 50), 3) if ru else None})
+            print("  sweep: %2d clients: '%s' / '%s' = %.3f (median of %s); without disturbed runs %s" % (
+                lv["clients"], a.serve_args, a.vs_serve_args, pct(rs, 50), ", ".join("%.3f" % x for x in rs),
+                "%.3f (%d of %d)" % (pct(ru, 50), len(ru), len(rs)) if ru else "none left"), file=sys.stderr)
         return {"scenario": "sweep_vs", "a": outs[0], "b": outs[1], "b_bin": a.vs_bin or a.bin, "a_over_b": ratios}
     finally:
         for srv in srvs:
