@@ -174,15 +174,15 @@ static void test_matmul(void) {
         }
 }
 
-/* fused q/k/v-style launches (3 weights, shared input) equal separate launches bit for bit */
-static void test_matmul_fused(void) {
+/* fused q/k/v-style launches (3 weights, shared input) equal separate launches bit for bit; above 64
+ * rows BF16 takes two tiles per CTA (48 rows: 3 tiles, the last CTA half empty) */
+static void test_matmul_fused_one(uint32_t type, int n) {
     const int64_t K = 512, Ms[3] = {256, 64, 48};
-    const int n = 21;
     tbuf tw[3];
     dsp_bweight *w[3];
     pbuf y[3];
     for (int i = 0; i < 3; i++) {
-        tensor_init(&tw[i], "blk.0.fused.weight", DSP_Q4_K, K, Ms[i]);
+        tensor_init(&tw[i], "blk.0.fused.weight", type, K, Ms[i]);
         CHECK(g_gpu->ops->weight_create(g_gpu, &tw[i].t, &w[i]) == DSP_OK);
         y[i] = pb((size_t)n * Ms[i]);
     }
@@ -199,13 +199,20 @@ static void test_matmul_fused(void) {
         g_gpu->ops->matmul(g_gpu, 1, (const dsp_bweight *const *)&w[i], &y[i].g, x.g, n);
         begin_end(g_gpu, &b, false);
         float *single = rd(g_gpu, y[i].g, (size_t)n * Ms[i]);
-        CHECK_MSG(memcmp(fused, single, sizeof(float) * (size_t)n * Ms[i]) == 0, "fused matmul %d differs from its own launch", i);
+        CHECK_MSG(memcmp(fused, single, sizeof(float) * (size_t)n * Ms[i]) == 0, "fused %s matmul %d (%d rows) differs from its own launch",
+                  dsp_dtype_name(type), i, n);
         free(fused), free(single);
         g_gpu->ops->weight_destroy(g_gpu, w[i]);
         pb_free(&y[i]);
         free(tw[i].data);
     }
     pb_free(&x);
+}
+
+static void test_matmul_fused(void) {
+    test_matmul_fused_one(DSP_Q4_K, 21);
+    test_matmul_fused_one(DSP_BF16, 70);
+    test_matmul_fused_one(DSP_Q8_0, 130);
 }
 
 /* add -> rmsnorm -> matmul and swiglu -> matmul in one forward are fused into the matmul's input

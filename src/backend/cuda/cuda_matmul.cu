@@ -4,7 +4,10 @@
  * at close to bandwidth. Prefill rows are compute-bound. One kernel serves both so that a row's
  * result is bit-identical however many rows share the launch:
  *
- *   grid.y  one CTA per 16-row tile of each weight (up to 3 weights of the same input width);
+ *   grid.y  one CTA per MT 16-row tiles of each weight (up to 3 weights of the same input width);
+ *           MT = 1 up to 64 rows, MT = 2 above for BF16 and Q8_0 (prefill: each activation load
+ *           serves two tiles, which halves the activations' L2 traffic; the other types' MT = 2
+ *           kernels spill registers, so they keep MT = 1);
  *   grid.x  token groups of 8 * NT rows (NT = 1, 2, 4, 8 n-tiles: 8..64 tokens per CTA);
  *   CTA     S warps, warp w reducing groups [w G / S, (w + 1) G / S) of the k range; S is a
  *           property of the weight (dsp_cu_mm_slices), never of the batch;
@@ -15,7 +18,7 @@
  *
  * Each output element is thus one fixed chain of mma and fma operations determined by the weight's
  * shape, the type and K: the tensor core computes every (row, token) element of an mma from that
- * row and token alone, so neither NT, the token group nor the other tokens can change it. No
+ * row and token alone, so neither NT, MT, the token group nor the other tokens can change it. No
  * atomics, no split whose count depends on the batch.
  *
  * The kernel is launched as a programmatic dependent of the input preparation before it
@@ -28,6 +31,7 @@
 #include "backend/cuda/cuda_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 namespace {
 
@@ -54,7 +58,7 @@ constexpr int RED_LD = 17;   /* shared-memory row stride of the partial sums (ba
 struct mm_mat_arg {
     const uint8_t *w;
     float *y;
-    int M, tile0, S;
+    int M, tile0, S; /* tile0: the weight's first CTA (of MT tiles each) in grid.y */
 };
 
 struct mm_args {
@@ -146,13 +150,13 @@ template <uint32_t T> constexpr int block_steps() { return is_float<T>() ? 0 : T
  * (8 warps leave a thread up to 255). */
 template <uint32_t T> constexpr int max_slices() { return is_float<T>() ? MAX_S : MAX_S / 2; }
 
-template <uint32_t T, int NT>
+template <uint32_t T, int NT, int MT>
 __global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args a) {
     using C = mmt<T>;
     constexpr int STEPS = C::KG / 16, BST = block_steps<T>(), NV = C::LB / 16;
     constexpr int64_t GB = 32 * C::LB + C::SB;
     /* fewer groups in flight when many n-tiles hold registers (and compute hides the latency) */
-    constexpr int U = NT >= 8 ? (C::U >= 4 ? C::U / 4 : 1) : NT >= 4 ? (C::U >= 2 ? C::U / 2 : 1) : C::U;
+    constexpr int U = MT > 1 ? 1 : NT >= 8 ? (C::U >= 4 ? C::U / 4 : 1) : NT >= 4 ? (C::U >= 2 ? C::U / 2 : 1) : C::U;
     const int bx = blockIdx.y; /* the tile; blockIdx.x, the token group, varies fastest: the CTAs that
                                 * read the same weight tile run together and share it through L2 */
     const int mi = (a.n_mats > 2 && bx >= a.m[2].tile0) ? 2 : (a.n_mats > 1 && bx >= a.m[1].tile0) ? 1 : 0;
@@ -160,20 +164,29 @@ __global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args 
     float *Y = mi == 0 ? a.m[0].y : mi == 1 ? a.m[1].y : a.m[2].y;
     const int M = mi == 0 ? a.m[0].M : mi == 1 ? a.m[1].M : a.m[2].M;
     const int S = mi == 0 ? a.m[0].S : mi == 1 ? a.m[1].S : a.m[2].S;
-    const int tile = bx - (mi == 0 ? a.m[0].tile0 : mi == 1 ? a.m[1].tile0 : a.m[2].tile0);
+    const int tile = MT * (bx - (mi == 0 ? a.m[0].tile0 : mi == 1 ? a.m[1].tile0 : a.m[2].tile0)); /* the first */
+    const int n_tiles = (M + 15) / 16;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = blockIdx.x * NT * 8;
     extern __shared__ float red[]; /* [S][NT * 8 tokens][RED_LD] */
 
     dsp_cu_pdl_launch_dependents(); /* a second matmul on the same input may start its loads */
-    float tot[NT][4];
+    float tot[MT][NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) tot[nt][0] = tot[nt][1] = tot[nt][2] = tot[nt][3] = 0.0f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) tot[mt][nt][0] = tot[mt][nt][1] = tot[mt][nt][2] = tot[mt][nt][3] = 0.0f;
 
     if (warp < S) {
         const int64_t G = a.n_groups;
         const int64_t c0 = warp * G / S, c1 = (warp + 1) * G / S;
-        const uint8_t *tp = W + (int64_t)tile * G * GB;
+        const uint8_t *tp[MT];
+        bool tile_ok[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            tile_ok[mt] = tile + mt < n_tiles; /* the weight's last CTA may hold fewer than MT tiles */
+            tp[mt] = W + (int64_t)(tile_ok[mt] ? tile + mt : tile) * G * GB;
+        }
         const uint4 *xrow[NT];
         bool tok_ok[NT];
 #pragma unroll
@@ -182,66 +195,85 @@ __global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args 
             tok_ok[nt] = tok < a.n_rows;
             xrow[nt] = a.xp + (int64_t)(tok_ok[nt] ? tok : 0) * a.x_units;
         }
-        auto load = [&](int64_t c, uint4 (&wv)[U][NV], lane_scales (&sc)[U]) {
+        auto load = [&](int64_t c, uint4 (&wv)[MT][U][NV], lane_scales (&sc)[MT][U]) {
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (c + u < c1) {
-                    const uint8_t *gp = tp + (c + u) * GB;
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int i = 0; i < NV; i++) wv[u][i] = ld_stream(gp + 16 * (32 * i + lane));
-                    if constexpr (C::SB > 0) load_scales<T>(gp + 32 * C::LB, g, sc[u]);
+                for (int u = 0; u < U; u++) {
+                    if (c + u < c1) {
+                        const uint8_t *gp = tp[mt] + (c + u) * GB;
+#pragma unroll
+                        for (int i = 0; i < NV; i++) wv[mt][u][i] = ld_stream(gp + 16 * (32 * i + lane));
+                        if constexpr (C::SB > 0) load_scales<T>(gp + 32 * C::LB, g, sc[mt][u]);
+                    }
                 }
-            }
         };
-        auto multiply = [&](int64_t c, const uint4 (&wv)[U][NV], const lane_scales (&sc)[U]) {
+        /* every (row, token) element sees the same chain whatever MT and NT: per 16-wide k step the
+         * mma with the activations' hi, then lo (then the weights' lo), and at a block's end its scale */
+        auto multiply = [&](int64_t c, const uint4 (&wv)[MT][U][NV], const lane_scales (&sc)[MT][U]) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (c + u >= c1) break;
-                const uint32_t *w = (const uint32_t *)wv[u];
-                float blk[NT][4];
+                float blk[MT][NT][4];
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) blk[nt][0] = blk[nt][1] = blk[nt][2] = blk[nt][3] = 0.0f;
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) blk[mt][nt][0] = blk[mt][nt][1] = blk[mt][nt][2] = blk[mt][nt][3] = 0.0f;
 #pragma unroll
                 for (int s = 0; s < STEPS; s++) {
-                    uint32_t A[4], Al[4];
-                    if constexpr (is_float<T>()) dsp_cu_frag_f(T, w, s, A, Al);
-                    else dsp_cu_frag_q(T, w, s, A);
+                    uint32_t A[MT][4], Al[MT][4];
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        const uint32_t *w = (const uint32_t *)wv[mt][u];
+                        if constexpr (is_float<T>()) dsp_cu_frag_f(T, w, s, A[mt], Al[mt]);
+                        else dsp_cu_frag_q(T, w, s, A[mt]);
+                    }
                     const int64_t ku = (c + u) * (C::KG / 4) + 4 * s + t;
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) {
                         const uint4 xb = tok_ok[nt] ? ld_act(xrow[nt] + ku) : make_uint4(0, 0, 0, 0);
-                        if constexpr (is_float<T>()) {
-                            mma(tot[nt], A, xb.x, xb.y);
-                            mma(tot[nt], A, xb.z, xb.w);
-                            if constexpr (T != DSP_BF16) mma(tot[nt], Al, xb.x, xb.y);
-                        } else {
-                            mma(blk[nt], A, xb.x, xb.y);
-                            mma(blk[nt], A, xb.z, xb.w);
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++) {
+                            if constexpr (is_float<T>()) {
+                                mma(tot[mt][nt], A[mt], xb.x, xb.y);
+                                mma(tot[mt][nt], A[mt], xb.z, xb.w);
+                                if constexpr (T != DSP_BF16) mma(tot[mt][nt], Al[mt], xb.x, xb.y);
+                            } else {
+                                mma(blk[mt][nt], A[mt], xb.x, xb.y);
+                                mma(blk[mt][nt], A[mt], xb.z, xb.w);
+                            }
                         }
                     }
                     if constexpr (BST > 0) {
                         if ((s + 1) % BST == 0) {
-                            float mul[2], add[2];
-                            block_scale<T>(sc[u], s / BST, mul, add);
                             const int64_t b32 = ((c + u) * C::KG + 16 * s) / 32;
+                            float2 xs[NT];
 #pragma unroll
                             for (int nt = 0; nt < NT; nt++) {
-                                float2 xs = make_float2(0.0f, 0.0f);
-                                if constexpr (has_min<T>()) xs = *(const float2 *)(a.xsum + b32 * a.xs_stride + tok0 + 8 * nt + 2 * t);
+                                xs[nt] = make_float2(0.0f, 0.0f);
+                                if constexpr (has_min<T>()) xs[nt] = *(const float2 *)(a.xsum + b32 * a.xs_stride + tok0 + 8 * nt + 2 * t);
+                            }
 #pragma unroll
-                                for (int i = 0; i < 4; i++) {
-                                    tot[nt][i] = fmaf(mul[i >> 1], blk[nt][i], tot[nt][i]);
-                                    if constexpr (has_min<T>()) tot[nt][i] = fmaf(add[i >> 1], (i & 1) ? xs.y : xs.x, tot[nt][i]);
-                                    blk[nt][i] = 0.0f;
-                                }
+                            for (int mt = 0; mt < MT; mt++) {
+                                float mul[2], add[2];
+                                block_scale<T>(sc[mt][u], s / BST, mul, add);
+#pragma unroll
+                                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                                    for (int i = 0; i < 4; i++) {
+                                        tot[mt][nt][i] = fmaf(mul[i >> 1], blk[mt][nt][i], tot[mt][nt][i]);
+                                        if constexpr (has_min<T>())
+                                            tot[mt][nt][i] = fmaf(add[i >> 1], (i & 1) ? xs[nt].y : xs[nt].x, tot[mt][nt][i]);
+                                        blk[mt][nt][i] = 0.0f;
+                                    }
                             }
                         }
                     }
                 }
             }
         };
-        uint4 wv[U][NV];
-        lane_scales sc[U];
+        uint4 wv[MT][U][NV];
+        lane_scales sc[MT][U];
         int64_t c = c0;
         if constexpr (is_float<T>()) {
             /* the first batch's weights are in flight before the wait for the input (PDL);
@@ -257,38 +289,64 @@ __global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args 
             load(c, wv, sc);
             multiply(c, wv, sc);
         }
-        /* c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1) */
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                red[(warp * NT * 8 + 8 * nt + 2 * t + (i & 1)) * RED_LD + g + 8 * (i >> 1)] = tot[nt][i];
     }
     if (warp >= S) dsp_cu_pdl_wait(); /* nothing is written before the inputs are final */
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < NT * 8 * 16; idx += blockDim.x) {
-        const int tk = idx >> 4, row = idx & 15;
-        float v = red[tk * RED_LD + row];
-        for (int w2 = 1; w2 < S; w2++) v += red[(w2 * NT * 8 + tk) * RED_LD + row];
-        const int tok = tok0 + tk;
-        const int64_t orow = (int64_t)tile * 16 + row;
-        if (tok < a.n_rows && orow < M) Y[(int64_t)tok * M + orow] = v;
+    /* the S partial totals of each tile, added in warp order (one tile at a time through red) */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        if (mt > 0) __syncthreads(); /* the previous tile's sums are read */
+        /* c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1) */
+        if (warp < S) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    red[(warp * NT * 8 + 8 * nt + 2 * t + (i & 1)) * RED_LD + g + 8 * (i >> 1)] = tot[mt][nt][i];
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < NT * 8 * 16; idx += blockDim.x) {
+            const int tk = idx >> 4, row = idx & 15;
+            float v = red[tk * RED_LD + row];
+            for (int w2 = 1; w2 < S; w2++) v += red[(w2 * NT * 8 + tk) * RED_LD + row];
+            const int tok = tok0 + tk;
+            const int64_t orow = (int64_t)(tile + mt) * 16 + row;
+            if (tok < a.n_rows && orow < M) Y[(int64_t)tok * M + orow] = v;
+        }
     }
 }
 
 template <uint32_t T, int NT> size_t mm_smem(int S) { return (size_t)S * NT * 8 * RED_LD * sizeof(float); }
 
+/* Tiles per CTA above 64 rows: 2, or DSP_CUDA_MM_MT=1 (the decode kernel's 1, to compare), for the
+ * types whose two-tile kernel fits in registers (no or 24 bytes of spills at 8 n-tiles). */
+template <uint32_t T> constexpr bool two_tiles() { return T == DSP_BF16 || T == DSP_Q8_0; }
+static int mm_mt(void) {
+    static int mt = 0;
+    if (!mt) {
+        const char *e = getenv("DSP_CUDA_MM_MT");
+        mt = e && atoi(e) == 1 ? 1 : 2;
+    }
+    return mt;
+}
+
 template <uint32_t T>
-cudaError_t launch_type(const mm_args &a, int S_max, cudaStream_t st) {
-    const int n_tiles = a.m[a.n_mats - 1].tile0 + (int)((a.m[a.n_mats - 1].M + 15) / 16);
+cudaError_t launch_type(mm_args a, int S_max, cudaStream_t st) {
     const int nt = a.n_rows <= 8 ? 1 : a.n_rows <= 16 ? 2 : a.n_rows <= 32 ? 4 : 8;
-    const dim3 grid((unsigned)((a.n_rows + 8 * nt - 1) / (8 * nt)), (unsigned)n_tiles);
+    const int MT = two_tiles<T>() && a.n_rows > 64 ? mm_mt() : 1;
+    int ctas = 0; /* tile0 becomes each weight's first CTA of MT tiles */
+    for (int i = 0; i < a.n_mats; i++) {
+        a.m[i].tile0 = ctas;
+        ctas += ((a.m[i].M + 15) / 16 + MT - 1) / MT;
+    }
+    const dim3 grid((unsigned)((a.n_rows + 8 * nt - 1) / (8 * nt)), (unsigned)ctas);
     const dim3 block((unsigned)(32 * S_max));
+    if constexpr (two_tiles<T>())
+        if (MT == 2) return dsp_cu_launch_pdl(mm_kernel<T, 8, 2>, grid, block, mm_smem<T, 8>(S_max), st, a);
     switch (nt) {
-    case 1: return dsp_cu_launch_pdl(mm_kernel<T, 1>, grid, block, mm_smem<T, 1>(S_max), st, a);
-    case 2: return dsp_cu_launch_pdl(mm_kernel<T, 2>, grid, block, mm_smem<T, 2>(S_max), st, a);
-    case 4: return dsp_cu_launch_pdl(mm_kernel<T, 4>, grid, block, mm_smem<T, 4>(S_max), st, a);
-    default: return dsp_cu_launch_pdl(mm_kernel<T, 8>, grid, block, mm_smem<T, 8>(S_max), st, a);
+    case 1: return dsp_cu_launch_pdl(mm_kernel<T, 1, 1>, grid, block, mm_smem<T, 1>(S_max), st, a);
+    case 2: return dsp_cu_launch_pdl(mm_kernel<T, 2, 1>, grid, block, mm_smem<T, 2>(S_max), st, a);
+    case 4: return dsp_cu_launch_pdl(mm_kernel<T, 4, 1>, grid, block, mm_smem<T, 4>(S_max), st, a);
+    default: return dsp_cu_launch_pdl(mm_kernel<T, 8, 1>, grid, block, mm_smem<T, 8>(S_max), st, a);
     }
 }
 
@@ -337,10 +395,12 @@ int dsp_cu_mm_slices(const dsp_cu_layout *L, int64_t M, int64_t K) {
 
 template <uint32_t T> cudaError_t mm_init_type() {
     cudaError_t e = cudaSuccess;
-    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 1>(max_slices<T>()));
-    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 2>(max_slices<T>()));
-    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 4>(max_slices<T>()));
-    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 8>(max_slices<T>()));
+    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 1>(max_slices<T>()));
+    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 2, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 2>(max_slices<T>()));
+    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 4, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 4>(max_slices<T>()));
+    e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 8, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 8>(max_slices<T>()));
+    if constexpr (two_tiles<T>())
+        e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 8, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 8>(max_slices<T>()));
     return e;
 }
 
@@ -368,7 +428,7 @@ cudaError_t dsp_cu_matmul(int n, const dsp_cu_mat *const *w, float *const *y, in
     /* one launch per run of consecutive weights of the same type */
     for (int i = 0; i < n;) {
         mm_args a = {};
-        int S_max = 1, tiles = 0;
+        int S_max = 1;
         a.n_groups = w[i]->n_groups;
         a.x_units = dsp_cu_x_units(w[i]->K);
         a.xs_stride = xb->xs_stride;
@@ -378,8 +438,7 @@ cudaError_t dsp_cu_matmul(int n, const dsp_cu_mat *const *w, float *const *y, in
         int j = i;
         for (; j < n && w[j]->L.type == w[i]->L.type; j++) {
             mm_mat_arg &m = a.m[a.n_mats++];
-            m.w = w[j]->d, m.y = y[j], m.M = (int)w[j]->M, m.tile0 = tiles, m.S = w[j]->S;
-            tiles += (int)w[j]->n_tiles;
+            m.w = w[j]->d, m.y = y[j], m.M = (int)w[j]->M, m.S = w[j]->S; /* tile0: launch_type */
             if (m.S > S_max) S_max = m.S;
         }
         cudaError_t e = launch(w[i]->L.type, a, S_max, st);
