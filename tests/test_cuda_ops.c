@@ -418,6 +418,43 @@ static void attention_case(dsp_backend *gpu, const att_case *ac, double tol, con
         free(r1);
     }
     CHECK_MSG(bad == 0, "%s: %d rows differ alone vs in the batch", what, bad);
+    /* a prefill-sized batch (above 64 rows the GPU runs several chunks per CTA): s2's 300 rows
+     * (16-key chunks) and 80 of s0's (64-key chunks); sampled rows equal the row alone */
+    {
+        const int np = 380;
+        int32_t *pp = xalloc(sizeof(int32_t) * np), *ps = xalloc(sizeof(int32_t) * np), *pk = xalloc(sizeof(int32_t) * np);
+        for (int i = 0; i < np; i++) {
+            pp[i] = i < 300 ? i : 620 + (i - 300), ps[i] = i < 300 ? 2 : 0;
+            pk[i] = pp[i] + 1;
+        }
+        dsp_buf *qb, *ob;
+        CHECK(gpu->ops->buf_create(gpu, (size_t)np * q_dim, &qb) == DSP_OK && gpu->ops->buf_create(gpu, (size_t)np * q_dim, &ob) == DSP_OK);
+        float *qp = xalloc(sizeof(float) * (size_t)np * q_dim);
+        for (int64_t i = 0; i < (int64_t)np * q_dim; i++) qp[i] = frnd();
+        gpu->ops->buf_write(gpu, qb, 0, qp, (size_t)np * q_dim);
+        dsp_be_batch big = {np, NULL, pp, ps, pk, 3, sp};
+        begin_end(gpu, &big, true);
+        gpu->ops->attention(gpu, ob, qb, kg, 1, ac->n_head, ac->n_head_kv, ac->hd, scale);
+        begin_end(gpu, &big, false);
+        float *all = rd(gpu, ob, (size_t)np * q_dim);
+        static const int pick[] = {0, 15, 16, 17, 63, 64, 150, 255, 256, 299, 300, 379};
+        const int n_pick = (int)(sizeof pick / sizeof pick[0]);
+        int pbad = 0;
+        for (int k = 0; k < n_pick; k++) {
+            const int i = pick[k];
+            gpu->ops->buf_write(gpu, qg, 0, qp + (size_t)i * q_dim, (size_t)q_dim);
+            dsp_be_batch one = {1, NULL, &pp[i], &ps[i], &pk[i], 3, sp};
+            begin_end(gpu, &one, true);
+            gpu->ops->attention(gpu, og, qg, kg, 1, ac->n_head, ac->n_head_kv, ac->hd, scale);
+            begin_end(gpu, &one, false);
+            float *r1 = rd(gpu, og, (size_t)q_dim);
+            pbad += memcmp(r1, all + (size_t)i * q_dim, sizeof(float) * (size_t)q_dim) != 0;
+            free(r1);
+        }
+        CHECK_MSG(pbad == 0, "%s: %d of %d rows of a %d-row batch differ from the row alone", what, pbad, n_pick, np);
+        free(all), free(qp), free(pp), free(ps), free(pk);
+        gpu->ops->buf_destroy(gpu, qb), gpu->ops->buf_destroy(gpu, ob);
+    }
     /* copy-on-write: s0's first block copied to a free block; a table using the copy gives the same rows */
     uint32_t fresh = pool.free_ids[pool.n_free - 1];
     CHECK(gpu->ops->kv_copy_block(gpu, kg, fresh, s[0].blocks[0]) == DSP_OK);
