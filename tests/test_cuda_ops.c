@@ -346,6 +346,22 @@ typedef struct att_case {
     int n_head, n_head_kv, hd;
 } att_case;
 
+/* 1 if the attention of one row launched alone (query qrow; row i of the batch b) differs bitwise from
+ * `want`, its output in the batch */
+static int attn_alone_differs(dsp_backend *gpu, const att_case *ac, dsp_buf *qg, dsp_buf *og, dsp_kv_store *kg, const float *qrow,
+                              const dsp_be_batch *b, int i, float scale, const float *want) {
+    const size_t q_dim = (size_t)ac->n_head * ac->hd;
+    gpu->ops->buf_write(gpu, qg, 0, qrow, q_dim);
+    dsp_be_batch one = {1, NULL, &b->pos[i], &b->seq[i], &b->n_keys[i], b->n_seqs, b->seqs};
+    begin_end(gpu, &one, true);
+    gpu->ops->attention(gpu, og, qg, kg, 1, ac->n_head, ac->n_head_kv, ac->hd, scale);
+    begin_end(gpu, &one, false);
+    float *r1 = rd(gpu, og, q_dim);
+    const int d = memcmp(r1, want, sizeof(float) * q_dim) != 0;
+    free(r1);
+    return d;
+}
+
 static void attention_case(dsp_backend *gpu, const att_case *ac, double tol, const char *kvname) {
     const int bt = 16, kv_dim = ac->n_head_kv * ac->hd, q_dim = ac->n_head * ac->hd;
     static const int lens[3] = {700, 5, 300};
@@ -407,19 +423,10 @@ static void attention_case(dsp_backend *gpu, const att_case *ac, double tol, con
     report(what, nmse(rg, rc, (int64_t)n * q_dim), tol);
     /* invariance: each row alone */
     int bad = 0;
-    for (int i = 0; i < n; i++) {
-        gpu->ops->buf_write(gpu, qg, 0, q + (size_t)i * q_dim, (size_t)q_dim);
-        dsp_be_batch one = {1, NULL, &rp[i], &rs[i], &rk[i], 3, sp};
-        begin_end(gpu, &one, true);
-        gpu->ops->attention(gpu, og, qg, kg, 1, ac->n_head, ac->n_head_kv, ac->hd, scale);
-        begin_end(gpu, &one, false);
-        float *r1 = rd(gpu, og, (size_t)q_dim);
-        bad += memcmp(r1, rg + (size_t)i * q_dim, sizeof(float) * (size_t)q_dim) != 0;
-        free(r1);
-    }
+    for (int i = 0; i < n; i++) bad += attn_alone_differs(gpu, ac, qg, og, kg, q + (size_t)i * q_dim, &ab, i, scale, rg + (size_t)i * q_dim);
     CHECK_MSG(bad == 0, "%s: %d rows differ alone vs in the batch", what, bad);
-    /* a prefill-sized batch (above 64 rows the GPU runs several chunks per CTA): s2's 300 rows
-     * (16-key chunks) and 80 of s0's (64-key chunks); sampled rows equal the row alone */
+    /* a prefill-sized batch in one launch: s2's 300 rows (16-key chunks) and 80 of s0's (64-key
+     * chunks); sampled rows equal the row alone */
     {
         const int np = 380;
         int32_t *pp = xalloc(sizeof(int32_t) * np), *ps = xalloc(sizeof(int32_t) * np), *pk = xalloc(sizeof(int32_t) * np);
@@ -440,17 +447,8 @@ static void attention_case(dsp_backend *gpu, const att_case *ac, double tol, con
         static const int pick[] = {0, 15, 16, 17, 63, 64, 150, 255, 256, 299, 300, 379};
         const int n_pick = (int)(sizeof pick / sizeof pick[0]);
         int pbad = 0;
-        for (int k = 0; k < n_pick; k++) {
-            const int i = pick[k];
-            gpu->ops->buf_write(gpu, qg, 0, qp + (size_t)i * q_dim, (size_t)q_dim);
-            dsp_be_batch one = {1, NULL, &pp[i], &ps[i], &pk[i], 3, sp};
-            begin_end(gpu, &one, true);
-            gpu->ops->attention(gpu, og, qg, kg, 1, ac->n_head, ac->n_head_kv, ac->hd, scale);
-            begin_end(gpu, &one, false);
-            float *r1 = rd(gpu, og, (size_t)q_dim);
-            pbad += memcmp(r1, all + (size_t)i * q_dim, sizeof(float) * (size_t)q_dim) != 0;
-            free(r1);
-        }
+        for (int k = 0; k < n_pick; k++)
+            pbad += attn_alone_differs(gpu, ac, qg, og, kg, qp + (size_t)pick[k] * q_dim, &big, pick[k], scale, all + (size_t)pick[k] * q_dim);
         CHECK_MSG(pbad == 0, "%s: %d of %d rows of a %d-row batch differ from the row alone", what, pbad, n_pick, np);
         free(all), free(qp), free(pp), free(ps), free(pk);
         gpu->ops->buf_destroy(gpu, qb), gpu->ops->buf_destroy(gpu, ob);
