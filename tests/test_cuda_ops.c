@@ -175,7 +175,7 @@ static void test_matmul(void) {
 }
 
 /* fused q/k/v-style launches (3 weights, shared input) equal separate launches bit for bit; above 64
- * rows BF16 takes two tiles per CTA (48 rows: 3 tiles, the last CTA half empty) */
+ * rows BF16 and Q8_0 take two tiles per CTA (48 rows: 3 tiles, the last CTA half empty) */
 static void test_matmul_fused_one(uint32_t type, int n) {
     const int64_t K = 512, Ms[3] = {256, 64, 48};
     tbuf tw[3];
