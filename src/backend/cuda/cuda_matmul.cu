@@ -180,13 +180,9 @@ __global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args 
     if (warp < S) {
         const int64_t G = a.n_groups;
         const int64_t c0 = warp * G / S, c1 = (warp + 1) * G / S;
-        const uint8_t *tp[MT];
-        bool tile_ok[MT];
+        const uint8_t *tp[MT]; /* the weight's last CTA may hold fewer than MT tiles: those reread its first (not stored) */
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            tile_ok[mt] = tile + mt < n_tiles; /* the weight's last CTA may hold fewer than MT tiles */
-            tp[mt] = W + (int64_t)(tile_ok[mt] ? tile + mt : tile) * G * GB;
-        }
+        for (int mt = 0; mt < MT; mt++) tp[mt] = W + (int64_t)(tile + mt < n_tiles ? tile + mt : tile) * G * GB;
         const uint4 *xrow[NT];
         bool tok_ok[NT];
 #pragma unroll
@@ -321,11 +317,10 @@ template <uint32_t T, int NT> size_t mm_smem(int S) { return (size_t)S * NT * 8 
  * types whose two-tile kernel fits in registers (no or 24 bytes of spills at 8 n-tiles). */
 template <uint32_t T> constexpr bool two_tiles() { return T == DSP_BF16 || T == DSP_Q8_0; }
 static int mm_mt(void) {
-    static int mt = 0;
-    if (!mt) {
+    static const int mt = [] {
         const char *e = getenv("DSP_CUDA_MM_MT");
-        mt = e && atoi(e) == 1 ? 1 : 2;
-    }
+        return e && atoi(e) == 1 ? 1 : 2;
+    }();
     return mt;
 }
 
