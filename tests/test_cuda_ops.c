@@ -175,7 +175,8 @@ static void test_matmul(void) {
 }
 
 /* fused q/k/v-style launches (3 weights, shared input) equal separate launches bit for bit; above 64
- * rows BF16 and Q8_0 take two tiles per CTA (48 rows: 3 tiles, the last CTA half empty) */
+ * rows a CTA takes two tiles (BF16 and Q8_0 with 8 n-tiles, Q4_K with 4; 48 rows: 3 tiles, the
+ * last CTA half empty) */
 static void test_matmul_fused_one(uint32_t type, int n) {
     const int64_t K = 512, Ms[3] = {256, 64, 48};
     tbuf tw[3];
@@ -211,6 +212,7 @@ static void test_matmul_fused_one(uint32_t type, int n) {
 
 static void test_matmul_fused(void) {
     test_matmul_fused_one(DSP_Q4_K, 21);
+    test_matmul_fused_one(DSP_Q4_K, 100);
     test_matmul_fused_one(DSP_BF16, 70);
     test_matmul_fused_one(DSP_Q8_0, 130);
 }

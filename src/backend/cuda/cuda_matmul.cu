@@ -313,9 +313,12 @@ __global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args 
 
 template <uint32_t T, int NT> size_t mm_smem(int S) { return (size_t)S * NT * 8 * RED_LD * sizeof(float); }
 
-/* Tiles per CTA above 64 rows: 2, or DSP_CUDA_MM_MT=1 (the decode kernel's 1, to compare), for the
- * types whose two-tile kernel fits in registers (no or 24 bytes of spills at 8 n-tiles). */
-template <uint32_t T> constexpr bool two_tiles() { return T == DSP_BF16 || T == DSP_Q8_0; }
+/* Tiles per CTA above 64 rows: 2, or DSP_CUDA_MM_MT=1 (the decode kernel's 1, to compare). The
+ * n-tiles of a two-tile CTA: 8 for BF16 and Q8_0 (no or 24 bytes of spills), 4 for the types whose
+ * weight fragments take more registers (none spill at 4); Q5_K spills even at 4 and keeps one tile.
+ * A CTA of 2 x 16 rows and 4 x 8 tokens still loads each activation fragment for two tiles. */
+template <uint32_t T> constexpr int two_tile_nt() { return T == DSP_BF16 || T == DSP_Q8_0 ? 8 : T == DSP_Q5_K ? 0 : 4; }
+template <uint32_t T> constexpr bool two_tiles() { return two_tile_nt<T>() > 0; }
 static int mm_mt(void) {
     static const int mt = [] {
         const char *e = getenv("DSP_CUDA_MM_MT");
@@ -326,8 +329,8 @@ static int mm_mt(void) {
 
 template <uint32_t T>
 cudaError_t launch_type(mm_args a, int S_max, cudaStream_t st) {
-    const int nt = a.n_rows <= 8 ? 1 : a.n_rows <= 16 ? 2 : a.n_rows <= 32 ? 4 : 8;
     const int MT = two_tiles<T>() && a.n_rows > 64 ? mm_mt() : 1;
+    const int nt = MT == 2 ? two_tile_nt<T>() : a.n_rows <= 8 ? 1 : a.n_rows <= 16 ? 2 : a.n_rows <= 32 ? 4 : 8;
     int ctas = 0; /* tile0 becomes each weight's first CTA of MT tiles */
     for (int i = 0; i < a.n_mats; i++) {
         a.m[i].tile0 = ctas;
@@ -336,7 +339,7 @@ cudaError_t launch_type(mm_args a, int S_max, cudaStream_t st) {
     const dim3 grid((unsigned)((a.n_rows + 8 * nt - 1) / (8 * nt)), (unsigned)ctas);
     const dim3 block((unsigned)(32 * S_max));
     if constexpr (two_tiles<T>())
-        if (MT == 2) return dsp_cu_launch_pdl(mm_kernel<T, 8, 2>, grid, block, mm_smem<T, 8>(S_max), st, a);
+        if (MT == 2) return dsp_cu_launch_pdl(mm_kernel<T, two_tile_nt<T>(), 2>, grid, block, mm_smem<T, two_tile_nt<T>()>(S_max), st, a);
     switch (nt) {
     case 1: return dsp_cu_launch_pdl(mm_kernel<T, 1, 1>, grid, block, mm_smem<T, 1>(S_max), st, a);
     case 2: return dsp_cu_launch_pdl(mm_kernel<T, 2, 1>, grid, block, mm_smem<T, 2>(S_max), st, a);
@@ -395,7 +398,8 @@ template <uint32_t T> cudaError_t mm_init_type() {
     e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 4, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 4>(max_slices<T>()));
     e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 8, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 8>(max_slices<T>()));
     if constexpr (two_tiles<T>())
-        e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 8, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 8>(max_slices<T>()));
+        e = e ? e : cudaFuncSetAttribute(mm_kernel<T, two_tile_nt<T>(), 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)mm_smem<T, two_tile_nt<T>()>(max_slices<T>()));
     return e;
 }
 
