@@ -224,7 +224,8 @@ def step_data(args, target, tok, device) -> None:
         k, v = kv.split("=")
         per_src[k.strip()] = int(v)
     # (prompt, mode): eval prompts first (greedy), then every training prompt's greedy answer, then
-    # the sampled answers (each list shuffled), so that a time budget cuts sampled answers first
+    # the sampled answers (each list in batches of like prompt lengths, the batches shuffled), so
+    # that a time budget cuts sampled answers first
     ev = [(p, "greedy") for p in ps if p["split"] == "eval"]
     train = [p for p in ps if p["split"] == "train"]
     greedy = [(p, "greedy") for p in train]
@@ -235,17 +236,29 @@ def step_data(args, target, tok, device) -> None:
             f = args.sample_frac
             n = int(f) + (rng.random() < f - int(f))
         sampled += [(p, "sampled")] * n
-    rng.shuffle(greedy)
-    rng.shuffle(sampled)
-    jobs = ev + greedy + sampled
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     bs = args.gen_batch
+    plen = {}
+    for p in ps:  # prompt lengths in tokens, for batches of like lengths
+        t = tok.apply_chat_template(p["messages"], add_generation_prompt=True, tokenize=False)
+        plen[p["id"]] = min(len(tok(t, add_special_tokens=False)["input_ids"]), args.max_prompt)
+
+    def batched(lst):
+        """Batches of like prompt lengths (left padding to a batch's longest prompt cost 6x in
+        attention on mixed batches: mean 60 tokens padded to 384), in a seeded random order, so that
+        a time budget still cuts a random subset."""
+        lst = sorted(lst, key=lambda j: (plen[j[0]["id"]], j[0]["id"]))
+        bl = [lst[i:i + bs] for i in range(0, len(lst), bs)]
+        rng.shuffle(bl)
+        return [j for b in bl for j in b] + [None] * (-len(lst) % bs)  # None: padding to a whole batch
+
+    jobs = batched(ev) + batched(greedy) + batched(sampled)
     done = {os.path.basename(f) for f in glob.glob(os.path.join(ddir, "shard-*.pt"))}
     t0 = time.time()
     n_batches = (len(jobs) + bs - 1) // bs
-    log(f"data: {len(jobs)} jobs ({len(ev)} held out, {len(greedy)} greedy, {len(sampled)} sampled) "
+    log(f"data: {len(ev) + len(greedy) + len(sampled)} jobs ({len(ev)} held out, {len(greedy)} greedy, {len(sampled)} sampled) "
         f"in {n_batches} batches of {bs}")
     bar = tqdm(range(n_batches), desc="data", unit="batch", mininterval=5)
     n_run = 0
@@ -260,7 +273,7 @@ def step_data(args, target, tok, device) -> None:
             log(f"data: time budget reached after {bi} of {n_batches} batches")
             break
         n_run += 1
-        batch = jobs[bi * bs:(bi + 1) * bs]
+        batch = [j for j in jobs[bi * bs:(bi + 1) * bs] if j is not None]
         texts = [tok.apply_chat_template(p["messages"], add_generation_prompt=True, tokenize=False)
                  for p, _ in batch]
         enc = [tok(t, add_special_tokens=False)["input_ids"][-args.max_prompt:] for t in texts]
@@ -299,6 +312,11 @@ def read_data(args) -> tuple[list[dict], list[dict]]:
         recs += torch.load(f)
     tr = [r for r in recs if r["split"] == "train" and len(r["ids"]) - r["prompt_len"] >= 2]
     ev = [r for r in recs if r["split"] == "eval" and len(r["ids"]) - r["prompt_len"] >= 2]
+    # held-out records in the prompt file's order, whatever order the data step made them in: the
+    # first --eval-seqs / --eval-max are then a mix of sources, the same set from run to run
+    pp = os.path.join(args.work, "prompts.jsonl")
+    order = {p["id"]: i for i, p in enumerate(read_prompts(args))} if os.path.exists(pp) else {}
+    ev.sort(key=lambda r: (order.get(r["id"], len(order)), r["id"], r["mode"]))
     return tr, ev
 
 
@@ -405,6 +423,8 @@ def step_train(args, target, tok, device) -> None:
     tr, ev = read_data(args)
     if not tr:
         raise SystemExit("train: no training data (run the data step)")
+    if args.bucket > 0:
+        tr.sort(key=lambda r: min(len(r["ids"]), args.max_len))
     n_params = sum(p.numel() for p in params)
     log(f"train: {len(tr)} training sequences, {len(ev)} held out, {n_params / 1e6:.2f}M trainable parameters")
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -452,7 +472,12 @@ def step_train(args, target, tok, device) -> None:
     warm = min(100, args.train_steps // 10 + 1)
     drafter.train()
     while progress() < 1.0:
-        recs = random.sample(tr, min(args.batch, len(tr)))
+        if args.bucket > 0:  # a random window of like lengths: less right padding in the target's forward
+            w = min(len(tr), args.batch * args.bucket)
+            i = random.randrange(len(tr) - w + 1)
+            recs = random.sample(tr[i:i + w], min(args.batch, w))
+        else:
+            recs = random.sample(tr, min(args.batch, len(tr)))
         ids, att, lm = make_batch(recs, pad, args.max_len, device)
         anchors, keep = sample_anchors(lm, args.anchors, gen)
         logits, conf, labels, emask, tl = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast)
@@ -685,6 +710,8 @@ def parse_args(argv=None):
     g.add_argument("--train-seconds", type=float, default=0,
                    help="also stop after this much training time; the schedule then follows the time (0: no limit)")
     g.add_argument("--batch", type=int, default=16)
+    g.add_argument("--bucket", type=int, default=0,
+                   help="draw each batch from a random window of BUCKET x batch sequences of like lengths (0: from all)")
     g.add_argument("--anchors", type=int, default=64)
     g.add_argument("--max-len", type=int, default=640)
     g.add_argument("--lr", type=float, default=6e-4)
