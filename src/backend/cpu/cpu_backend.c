@@ -58,13 +58,19 @@ typedef struct cpu_backend {
     bool q8;                 /* 8-bit activations for the q8 weight types */
     uint8_t *xq;             /* (max_tokens, q8 row of max_width): the current matmul input, quantized */
     size_t xq_row;           /* dsp_cpu_q8_row_bytes(max_width) */
-    float *scores;           /* (n_threads, max_group, max_keys) */
+    float *scores;           /* (n_threads, ATT_TOKENS * max_group, max_keys) */
     size_t scores_per_thread;
+    int *att_blk;            /* (max_tokens + 1): first row of each attention block of the current call */
     float *rope_cs;          /* (max_tokens, max_rot_dim): (cos, sin) pairs of the current forward */
     const dsp_buf *cs_freq;  /* the rope the table was built for (NULL: none yet this forward) */
     float cs_scale, cs_factor;
     const dsp_be_batch *b;   /* the current forward's batch */
 } cpu_backend;
+
+/* rows of one sequence that an attention task serves together, and keys per chunk of its pass
+ * (cpu_attention) */
+#define ATT_TOKENS 4
+#define ATT_KEYS 32
 
 static cpu_backend *cpu(dsp_backend *be) { return (cpu_backend *)be; }
 
@@ -86,19 +92,20 @@ static dsp_status cpu_reserve(dsp_backend *be, const dsp_be_limits *l) {
     if (l->max_rot_dim > n.max_rot_dim) n.max_rot_dim = l->max_rot_dim;
     if (!memcmp(&n, &c->lim, sizeof n) && c->wrow) return DSP_OK;
     size_t wpt = (size_t)DSP_CPU_MM_ROWS * (size_t)dsp_cpu_mm_stride(n.max_width);
-    size_t spt = (size_t)n.max_group * n.max_keys;
+    size_t spt = (size_t)ATT_TOKENS * n.max_group * n.max_keys;
     float *wrow = alloc64((size_t)c->n_threads * wpt * sizeof(float));
     float *scores = alloc64((size_t)c->n_threads * spt * sizeof(float));
+    int *att_blk = alloc64((size_t)(n.max_tokens + 1) * sizeof(int));
     float *cs = alloc64((size_t)n.max_tokens * (size_t)n.max_rot_dim * sizeof(float));
     const size_t xq_row = dsp_cpu_q8_row_bytes(n.max_width);
     uint8_t *xq = c->q8 ? alloc64((size_t)n.max_tokens * xq_row) : NULL;
-    if (!wrow || !scores || !cs || (c->q8 && !xq)) {
-        free(wrow), free(scores), free(cs), free(xq);
+    if (!wrow || !scores || !att_blk || !cs || (c->q8 && !xq)) {
+        free(wrow), free(scores), free(att_blk), free(cs), free(xq);
         return dsp_error(DSP_ERR_NOMEM, "cpu backend: no memory for scratch (%d tokens, width %d, %u keys)", n.max_tokens, n.max_width,
                          n.max_keys);
     }
-    free(c->wrow), free(c->scores), free(c->rope_cs), free(c->xq);
-    c->wrow = wrow, c->scores = scores, c->rope_cs = cs, c->xq = xq, c->xq_row = xq_row;
+    free(c->wrow), free(c->scores), free(c->att_blk), free(c->rope_cs), free(c->xq);
+    c->wrow = wrow, c->scores = scores, c->att_blk = att_blk, c->rope_cs = cs, c->xq = xq, c->xq_row = xq_row;
     c->wrow_per_thread = wpt, c->scores_per_thread = spt;
     c->lim = n;
     return DSP_OK;
@@ -442,9 +449,12 @@ typedef struct att_job {
     float scale;
 } att_job;
 
-/* One task = one row x one KV head: the group of query heads that share it (GQA) is served by a
- * single pass over the keys and values. Per head the order is fixed: scores in key order, softmax,
- * then o = sum_t p_t * v_t accumulated in key order. */
+/* One task = one KV head x a block of up to ATT_TOKENS consecutive rows of one sequence (a
+ * prefill chunk or verify block; rows of different sequences are blocks of one): the group of query
+ * heads that share the KV head (GQA) and the block's rows are served by a single pass over the keys
+ * and values, each key and value row read once for all of them. Per row and head the order is
+ * fixed, whatever the block: scores in key order, softmax, then o = sum_t p_t * v_t accumulated in
+ * key order, so a row's bits do not depend on its neighbours. */
 static void att_task(void *ctx, int task, int thread) {
     att_job *j = ctx;
     cpu_backend *c = j->c;
@@ -452,31 +462,56 @@ static void att_task(void *ctx, int task, int thread) {
     const dsp_be_batch *b = c->b;
     const dsp_kv_store *kv = j->kv;
     const int grp = j->n_head / j->n_head_kv, hd = j->head_dim, q_dim = j->n_head * hd;
-    const int i = task / j->n_head_kv, kvh = task % j->n_head_kv;
-    const dsp_kv_seq *s = b->seqs[b->seq[i]];
-    const uint32_t n_keys = (uint32_t)b->n_keys[i], stride = c->lim.max_keys;
-    const float *q = j->q + (size_t)i * q_dim + (size_t)kvh * grp * hd;
-    float *sc = c->scores + (size_t)thread * c->scores_per_thread;
-    for (uint32_t t = 0; t < n_keys; t++) {
-        const float *kr = kv->k + kv_pos_off(kv, s, j->layer, t) + (size_t)kvh * hd;
-        for (int g = 0; g < grp; g++) sc[(size_t)g * stride + t] = ops->dot(q + (size_t)g * hd, kr, hd) * j->scale;
+    const int blk = task / j->n_head_kv, kvh = task % j->n_head_kv;
+    const int i0 = c->att_blk[blk], i1 = c->att_blk[blk + 1];
+    const dsp_kv_seq *s = b->seqs[b->seq[i0]];
+    const uint32_t stride = c->lim.max_keys;
+    uint32_t max_keys = 0;
+    for (int i = i0; i < i1; i++)
+        if ((uint32_t)b->n_keys[i] > max_keys) max_keys = (uint32_t)b->n_keys[i];
+    float *sc = c->scores + (size_t)thread * c->scores_per_thread; /* row (i - i0) * grp + g */
+    const float *row[ATT_KEYS]; /* the chunk's key (then value) rows, L1-resident while the block's rows use them */
+    for (uint32_t t0 = 0; t0 < max_keys; t0 += ATT_KEYS) {
+        const uint32_t nt = max_keys - t0 < ATT_KEYS ? max_keys - t0 : ATT_KEYS;
+        for (uint32_t t = 0; t < nt; t++) row[t] = kv->k + kv_pos_off(kv, s, j->layer, t0 + t) + (size_t)kvh * hd;
+        for (int i = i0; i < i1; i++) {
+            const uint32_t te = (uint32_t)b->n_keys[i] < t0 + nt ? (uint32_t)b->n_keys[i] : t0 + nt;
+            const float *q = j->q + (size_t)i * q_dim + (size_t)kvh * grp * hd;
+            float *si = sc + (size_t)(i - i0) * grp * stride;
+            for (uint32_t t = t0; t < te; t++)
+                for (int g = 0; g < grp; g++) si[(size_t)g * stride + t] = ops->dot(q + (size_t)g * hd, row[t - t0], hd) * j->scale;
+        }
     }
-    for (int g = 0; g < grp; g++) ops->softmax(sc + (size_t)g * stride, n_keys);
-    float *o = j->out + (size_t)i * q_dim + (size_t)kvh * grp * hd;
-    memset(o, 0, (size_t)grp * hd * sizeof(float));
-    for (uint32_t t = 0; t < n_keys; t++) {
-        const float *vr = kv->v + kv_pos_off(kv, s, j->layer, t) + (size_t)kvh * hd;
-        for (int g = 0; g < grp; g++) ops->axpy(o + (size_t)g * hd, sc[(size_t)g * stride + t], vr, hd);
+    for (int i = i0; i < i1; i++) {
+        float *si = sc + (size_t)(i - i0) * grp * stride;
+        for (int g = 0; g < grp; g++) ops->softmax(si + (size_t)g * stride, (uint32_t)b->n_keys[i]);
+        memset(j->out + (size_t)i * q_dim + (size_t)kvh * grp * hd, 0, (size_t)grp * hd * sizeof(float));
+    }
+    for (uint32_t t0 = 0; t0 < max_keys; t0 += ATT_KEYS) {
+        const uint32_t nt = max_keys - t0 < ATT_KEYS ? max_keys - t0 : ATT_KEYS;
+        for (uint32_t t = 0; t < nt; t++) row[t] = kv->v + kv_pos_off(kv, s, j->layer, t0 + t) + (size_t)kvh * hd;
+        for (int i = i0; i < i1; i++) {
+            const uint32_t te = (uint32_t)b->n_keys[i] < t0 + nt ? (uint32_t)b->n_keys[i] : t0 + nt;
+            float *o = j->out + (size_t)i * q_dim + (size_t)kvh * grp * hd;
+            const float *si = sc + (size_t)(i - i0) * grp * stride;
+            for (uint32_t t = t0; t < te; t++)
+                for (int g = 0; g < grp; g++) ops->axpy(o + (size_t)g * hd, si[(size_t)g * stride + t], row[t - t0], hd);
+        }
     }
 }
 
 static void cpu_attention(dsp_backend *be, dsp_buf *out, const dsp_buf *q, const dsp_kv_store *kv, int layer, int n_head, int n_head_kv,
                           int head_dim, float scale) {
     cpu_backend *c = cpu(be);
+    const dsp_be_batch *b = c->b;
     DSP_ASSERT(n_head / n_head_kv <= c->lim.max_group && n_head_kv * head_dim == kv->kv_dim);
-    for (int i = 0; i < c->b->n_tokens; i++) DSP_ASSERT(c->b->n_keys[i] >= 1 && (uint32_t)c->b->n_keys[i] <= c->lim.max_keys);
+    for (int i = 0; i < b->n_tokens; i++) DSP_ASSERT(b->n_keys[i] >= 1 && (uint32_t)b->n_keys[i] <= c->lim.max_keys);
+    int n_blk = 0;
+    for (int i = 0; i < b->n_tokens; i++)
+        if (i == 0 || b->seq[i] != b->seq[i - 1] || i - c->att_blk[n_blk - 1] == ATT_TOKENS) c->att_blk[n_blk++] = i;
+    c->att_blk[n_blk] = b->n_tokens;
     att_job j = {c, out->data, q->data, kv, layer, n_head, n_head_kv, head_dim, scale};
-    dsp_pool_run(c->pool, c->b->n_tokens * n_head_kv, att_task, &j);
+    dsp_pool_run(c->pool, n_blk * n_head_kv, att_task, &j);
 }
 
 static void cpu_add(dsp_backend *be, dsp_buf *x, const dsp_buf *y, size_t n) {
@@ -498,7 +533,7 @@ static void cpu_copy_rows(dsp_backend *be, dsp_buf *dst, size_t dst_ld, size_t d
 static void cpu_destroy(dsp_backend *be) {
     cpu_backend *c = cpu(be);
     dsp_pool_destroy(c->pool);
-    free(c->wrow), free(c->scores), free(c->rope_cs), free(c->xq);
+    free(c->wrow), free(c->scores), free(c->att_blk), free(c->rope_cs), free(c->xq);
     free(c);
 }
 
