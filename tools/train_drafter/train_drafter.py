@@ -240,16 +240,16 @@ def step_data(args, target, tok, device) -> None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     bs = args.gen_batch
-    plen = {}
-    for p in ps:  # prompt lengths in tokens, for batches of like lengths
+    penc = {}  # each prompt's tokens (chat template applied, its last --max-prompt), once
+    for p in ps:
         t = tok.apply_chat_template(p["messages"], add_generation_prompt=True, tokenize=False)
-        plen[p["id"]] = min(len(tok(t, add_special_tokens=False)["input_ids"]), args.max_prompt)
+        penc[p["id"]] = tok(t, add_special_tokens=False)["input_ids"][-args.max_prompt:]
 
     def batched(lst):
         """Batches of like prompt lengths (left padding to a batch's longest prompt cost 6x in
         attention on mixed batches: mean 60 tokens padded to 384), in a seeded random order, so that
         a time budget still cuts a random subset."""
-        lst = sorted(lst, key=lambda j: (plen[j[0]["id"]], j[0]["id"]))
+        lst = sorted(lst, key=lambda j: (len(penc[j[0]["id"]]), j[0]["id"]))
         bl = [lst[i:i + bs] for i in range(0, len(lst), bs)]
         rng.shuffle(bl)
         return [j for b in bl for j in b] + [None] * (-len(lst) % bs)  # None: padding to a whole batch
@@ -274,9 +274,7 @@ def step_data(args, target, tok, device) -> None:
             break
         n_run += 1
         batch = [j for j in jobs[bi * bs:(bi + 1) * bs] if j is not None]
-        texts = [tok.apply_chat_template(p["messages"], add_generation_prompt=True, tokenize=False)
-                 for p, _ in batch]
-        enc = [tok(t, add_special_tokens=False)["input_ids"][-args.max_prompt:] for t in texts]
+        enc = [penc[p["id"]] for p, _ in batch]
         records = []
         for mode in ("greedy", "sampled"):
             idx = [i for i, (_, m) in enumerate(batch) if m == mode]

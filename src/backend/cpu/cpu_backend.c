@@ -449,6 +449,14 @@ typedef struct att_job {
     float scale;
 } att_job;
 
+/* the rows of keys (or values: base) t0 .. t0 + n - 1 of s at column col, n = min(ATT_KEYS, what is left) */
+static uint32_t att_chunk(const float *base, const dsp_kv_store *kv, const dsp_kv_seq *s, int layer, uint32_t t0, uint32_t max_keys,
+                          size_t col, const float **row) {
+    const uint32_t n = max_keys - t0 < ATT_KEYS ? max_keys - t0 : ATT_KEYS;
+    for (uint32_t t = 0; t < n; t++) row[t] = base + kv_pos_off(kv, s, layer, t0 + t) + col;
+    return n;
+}
+
 /* One task = one KV head x a block of up to ATT_TOKENS consecutive rows of one sequence (a
  * prefill chunk or verify block; rows of different sequences are blocks of one): the group of query
  * heads that share the KV head (GQA) and the block's rows are served by a single pass over the keys
@@ -472,8 +480,7 @@ static void att_task(void *ctx, int task, int thread) {
     float *sc = c->scores + (size_t)thread * c->scores_per_thread; /* row (i - i0) * grp + g */
     const float *row[ATT_KEYS]; /* the chunk's key (then value) rows, L1-resident while the block's rows use them */
     for (uint32_t t0 = 0; t0 < max_keys; t0 += ATT_KEYS) {
-        const uint32_t nt = max_keys - t0 < ATT_KEYS ? max_keys - t0 : ATT_KEYS;
-        for (uint32_t t = 0; t < nt; t++) row[t] = kv->k + kv_pos_off(kv, s, j->layer, t0 + t) + (size_t)kvh * hd;
+        const uint32_t nt = att_chunk(kv->k, kv, s, j->layer, t0, max_keys, (size_t)kvh * hd, row);
         for (int i = i0; i < i1; i++) {
             const uint32_t te = (uint32_t)b->n_keys[i] < t0 + nt ? (uint32_t)b->n_keys[i] : t0 + nt;
             const float *q = j->q + (size_t)i * q_dim + (size_t)kvh * grp * hd;
@@ -488,8 +495,7 @@ static void att_task(void *ctx, int task, int thread) {
         memset(j->out + (size_t)i * q_dim + (size_t)kvh * grp * hd, 0, (size_t)grp * hd * sizeof(float));
     }
     for (uint32_t t0 = 0; t0 < max_keys; t0 += ATT_KEYS) {
-        const uint32_t nt = max_keys - t0 < ATT_KEYS ? max_keys - t0 : ATT_KEYS;
-        for (uint32_t t = 0; t < nt; t++) row[t] = kv->v + kv_pos_off(kv, s, j->layer, t0 + t) + (size_t)kvh * hd;
+        const uint32_t nt = att_chunk(kv->v, kv, s, j->layer, t0, max_keys, (size_t)kvh * hd, row);
         for (int i = i0; i < i1; i++) {
             const uint32_t te = (uint32_t)b->n_keys[i] < t0 + nt ? (uint32_t)b->n_keys[i] : t0 + nt;
             float *o = j->out + (size_t)i * q_dim + (size_t)kvh * grp * hd;
