@@ -394,7 +394,7 @@ AI lanes16 q8_lanes_zero(void) {
 AI void q8_tile_step(const uint32_t type, const int XR, const uint8_t *p, const uint8_t *xq, size_t ldq, int64_t nbp, int64_t b0, lanes16 *L) {
     q8w w;
     q8_unpack(type, p, &w);
-    _Pragma("GCC unroll 8")
+    _Pragma("GCC unroll 16")
     for (int i = 0; i < XR; i++) L[i] = q8_step(type, &w, xq + (size_t)i * ldq, nbp, b0, L[i]);
 }
 
@@ -404,7 +404,7 @@ AI void q8_tile(const uint32_t type, const int XR, const uint8_t *row, int64_t i
     if (XR > Q8_MAXX) return;
     const int64_t nb = in / 32, nbp = dsp_cpu_q8_nbp(in), SB = row_bytes_of(type, 256); /* one step */
     lanes16 L[Q8_MAXX];
-    _Pragma("GCC unroll 8")
+    _Pragma("GCC unroll 16")
     for (int i = 0; i < XR; i++) L[i] = q8_lanes_zero();
     int64_t b0 = 0;
     for (; b0 + 8 <= nb; b0 += 8) {
@@ -418,7 +418,7 @@ AI void q8_tile(const uint32_t type, const int XR, const uint8_t *row, int64_t i
         memcpy(tail, row + b0 / 8 * SB, (size_t)row_bytes_of(type, 32 * (nb - b0)));
         q8_tile_step(type, XR, tail, xq, ldq, nbp, b0, L);
     }
-    _Pragma("GCC unroll 8")
+    _Pragma("GCC unroll 16")
     for (int i = 0; i < XR; i++) y[i * ldy] = q8_lanes_sum(L[i]);
 }
 
