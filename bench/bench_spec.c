@@ -15,6 +15,7 @@
  *
  * usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--mode M,M,..] [--draft-model D] [--max-draft N,N,..|auto]
  *                   [--reps R] [-t THREADS] [--backend cpu|cuda] [--kv-type f16|bf16] [--json] */
+#include "core/version.h"
 #include "dspark.h"
 
 #include <dirent.h>
@@ -25,10 +26,6 @@
 #include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
-
-#ifndef DSP_GIT_COMMIT
-#define DSP_GIT_COMMIT "unknown"
-#endif
 
 #define MAX_PROMPTS 64
 #define MAX_REPS 16
@@ -239,7 +236,7 @@ int main(int argc, char **argv) {
     uname(&un);
     if (!json)
         printf("machine: %s, %ld cores online, %ld MiB, %s %s; commit %s; model %s; %s; %d tokens, modes %s, max_draft %s, %d reps\n", cpu,
-               sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, DSP_GIT_COMMIT, model, dsp_engine_backend(c), n_tokens, modes,
+               sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, dsp_git_commit, model, dsp_engine_backend(c), n_tokens, modes,
                drafts, reps);
 
     static set_result res[8];
@@ -341,7 +338,7 @@ int main(int argc, char **argv) {
     }
     if (json) {
         printf("{\"machine\": {\"cpu\": \"%s\", \"cores_online\": %ld, \"mem_mib\": %ld, \"kernel\": \"%s %s\", \"commit\": \"%s\"}, ", cpu,
-               sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, DSP_GIT_COMMIT);
+               sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, dsp_git_commit);
         dsp_drafter_info di;
         bool have_di = dsp_engine_drafter_info(c, &di);
         printf("\"model\": \"%s\", \"draft_model\": \"%s\", \"draft_vocab\": %d, \"backend\": \"%s\", \"threads\": %d, \"max_tokens\": %d, "

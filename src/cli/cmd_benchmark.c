@@ -26,6 +26,7 @@
 
 #include "backend/cpu/ops.h"
 #include "core/threads.h"
+#include "core/version.h"
 #include "dspark.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -629,7 +630,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         for (const char *p = model; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
         printf("\", \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\", \"isa_supported\": \"%s\", \"threads\": %d, \"git_commit\": \"%s\", "
                "\"precision\": \"%s\", \"backend\": \"%s\", \"mem_bw_gb_s\": %.2f, \"mem_bw_of\": \"%s\", \"loadavg_1m\": %.2f, \"cpu_share\": %.2f}, \"repeat\": %d",
-               cpu, isa, dsp_cpu_isa_supported(), threads, DSP_GIT_COMMIT, dsp_precision_to_string(precision), be->desc, bw, gpu ? "device" : "host", load0, cpu_share, repeat);
+               cpu, isa, dsp_cpu_isa_supported(), threads, dsp_git_commit, dsp_precision_to_string(precision), be->desc, bw, gpu ? "device" : "host", load0, cpu_share, repeat);
         printf(", \"prefill\": {\"n_tokens\": %d, \"tok_s\": %.2f, \"tok_per_cpu_s\": %.2f, \"runs\": [", PREFILL_TOKENS, pre_med, pre_cpu_med);
         for (int r = 0; r < repeat; r++) printf("%s%.2f", r ? ", " : "", pre[r]);
         char md[16];
@@ -666,7 +667,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
                roof > 0 ? fdec_med / roof : 0, peak_rss_mb);
     } else {
         printf("machine   %s, kernels %s (supported: %s), %s activations, %d threads, commit %s\n", cpu, isa, dsp_cpu_isa_supported(),
-               dsp_precision_to_string(precision), threads, DSP_GIT_COMMIT);
+               dsp_precision_to_string(precision), threads, dsp_git_commit);
         printf("load      load average %.2f before; this process got %.0f%% of %d CPUs while measuring\n", load0, 100 * cpu_share, threads);
         printf("backend   %s\n", be->desc);
         printf("memory    %.2f GB/s streaming read (%s); weights %.1f MB + K/V %.1f MB per token -> roofline %.1f tok/s\n", bw,

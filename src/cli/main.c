@@ -1,6 +1,7 @@
 /* cli/main: `dspark <command> [args]` dispatch, --help and --version. */
 #include "cli/cli.h"
 
+#include "core/version.h"
 #include "dspark.h"
 
 #include <stdarg.h>
@@ -42,7 +43,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "dspark %s (%s): lossless speculative decoding for LLMs\n\n"
             "usage: dspark <command> [options]\n\ncommands:\n",
-            DSP_VERSION, DSP_GIT_COMMIT);
+            DSP_VERSION, dsp_git_commit);
     for (size_t i = 0; i < N_CMDS; i++) fprintf(f, "  %-12s %s\n", g_cmds[i].name, g_cmds[i].summary);
     fprintf(f, "\n`dspark <command> --help` shows a command's options.\n");
 }
@@ -57,7 +58,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
-        printf("dspark %s (commit %s)\n", DSP_VERSION, DSP_GIT_COMMIT);
+        printf("dspark %s (commit %s)\n", DSP_VERSION, dsp_git_commit);
         return 0;
     }
     for (size_t i = 0; i < N_CMDS; i++)

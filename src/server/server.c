@@ -3,6 +3,7 @@
 #include "server/server.h"
 
 #include "core/file.h"
+#include "core/version.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -106,7 +107,7 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     size_t bl = strlen(s->file_id);
     if (bl > 5 && !strcmp(s->file_id + bl - 5, ".gguf")) s->file_id[bl - 5] = '\0';
     snprintf(s->model_id, sizeof s->model_id, "%s", cfg->n_aliases ? cfg->aliases[0] : s->file_id);
-    snprintf(s->fingerprint, sizeof s->fingerprint, "dspark-%s-%s", DSP_VERSION, DSP_GIT_COMMIT);
+    snprintf(s->fingerprint, sizeof s->fingerprint, "dspark-%s-%s", DSP_VERSION, dsp_git_commit);
 
     dsp_srv_spec_json(s);
     { /* now, not on the first request: the cost curve sizes --max-draft auto's drafts and the prefill
