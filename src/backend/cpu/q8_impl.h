@@ -38,7 +38,7 @@ static inline vf vand(vf a, vf b) { return _mm512_and_ps(a, b); }
 typedef __m512i VI32;
 #define VCVT_I32(v) _mm512_cvtps_epi32(v)
 #define VSTORE_I8(p, v) _mm_storeu_si128((__m128i *)(p), _mm512_cvtepi32_epi8(v))
-#define Q8_MAXX 12 /* activation rows per tile */
+#define Q8_MAXX 16 /* activation rows per tile */
 typedef __m512 lanes16;
 #else
 typedef __m256i vi;
@@ -577,7 +577,7 @@ static q8row_fn q8row_for(uint32_t type) {
 #define Q8T(T)                                                                                                                 \
     static void q8tile_##T(int xr, const uint8_t *row, int64_t in, const uint8_t *xq, size_t ldq, float *y, int64_t ldy, int64_t pf) { \
         switch (xr) {                                                                                                          \
-            Q8C(T, 1) Q8C(T, 2) Q8C(T, 3) Q8C(T, 4) Q8C(T, 5) Q8C(T, 6) Q8C(T, 7) Q8C(T, 8) Q8C(T, 9) Q8C(T, 10) Q8C(T, 11) Q8C(T, 12)  \
+            Q8C(T, 1) Q8C(T, 2) Q8C(T, 3) Q8C(T, 4) Q8C(T, 5) Q8C(T, 6) Q8C(T, 7) Q8C(T, 8) Q8C(T, 9) Q8C(T, 10) Q8C(T, 11) Q8C(T, 12) Q8C(T, 13) Q8C(T, 14) Q8C(T, 15) Q8C(T, 16) \
         default: break;                                                                                                        \
         }                                                                                                                      \
     }
