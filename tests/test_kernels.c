@@ -393,6 +393,37 @@ static void test_small(void) {
     free(a), free(b), free(w), free(r1), free(r2), free(cs);
 }
 
+/* dots / axpys (attention over a chunk of keys): each table's bits equal its own dot and axpy called
+ * key by key, for head sizes on and off its vector paths and chunks of every length up to 11 */
+static void test_attention_chunks(void) {
+    const int64_t lens[] = {8, 40, 64, 96, 128, 136, 256};
+    enum { MAXT = 11, MAXN = 256 };
+    float *keys = xalloc(sizeof(float) * MAXT * MAXN), *q = xalloc(sizeof(float) * MAXN), *p = xalloc(sizeof(float) * MAXT);
+    float *o1 = xalloc(sizeof(float) * MAXN), *o2 = xalloc(sizeof(float) * MAXN), *s1 = xalloc(sizeof(float) * MAXT), *s2 = xalloc(sizeof(float) * MAXT);
+    const float *rows[MAXT];
+    for (int t = 0; t < g_n_tables; t++) {
+        const dsp_cpu_ops *o = g_tables[t];
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const int64_t n = lens[li];
+            for (int nt = 1; nt <= MAXT; nt++) {
+                for (int64_t i = 0; i < n; i++) q[i] = 2 * frnd(), o1[i] = o2[i] = frnd();
+                for (int k = 0; k < nt; k++) {
+                    rows[k] = keys + (size_t)((k * 7) % MAXT) * MAXN; /* rows in no memory order */
+                    p[k] = frnd();
+                }
+                for (int64_t i = 0; i < MAXT * MAXN; i++) keys[i] = 3 * frnd();
+                o->dots(q, rows, nt, n, 0.125f, s2);
+                for (int k = 0; k < nt; k++) s1[k] = o->dot(q, rows[k], n) * 0.125f;
+                CHECK_MSG(!memcmp(s1, s2, sizeof(float) * (size_t)nt), "%s dots n=%lld nt=%d != dot per key", o->name, (long long)n, nt);
+                o->axpys(o2, p, rows, nt, n);
+                for (int k = 0; k < nt; k++) o->axpy(o1, p[k], rows[k], n);
+                CHECK_MSG(!memcmp(o1, o2, sizeof(float) * (size_t)n), "%s axpys n=%lld nt=%d != axpy per key", o->name, (long long)n, nt);
+            }
+        }
+    }
+    free(keys), free(q), free(p), free(o1), free(o2), free(s1), free(s2);
+}
+
 static void test_selection(void) {
     const dsp_cpu_ops *best = dsp_cpu_ops_best();
     CHECK(best != NULL);
@@ -418,5 +449,6 @@ int main(void) {
     DSP_RUN(test_q8_matmul);
     DSP_RUN(test_q8_extremes);
     DSP_RUN(test_small);
+    DSP_RUN(test_attention_chunks);
     return dsp_test_summary();
 }

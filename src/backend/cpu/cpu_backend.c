@@ -485,8 +485,8 @@ static void att_task(void *ctx, int task, int thread) {
             const uint32_t te = (uint32_t)b->n_keys[i] < t0 + nt ? (uint32_t)b->n_keys[i] : t0 + nt;
             const float *q = j->q + (size_t)i * q_dim + (size_t)kvh * grp * hd;
             float *si = sc + (size_t)(i - i0) * grp * stride;
-            for (uint32_t t = t0; t < te; t++)
-                for (int g = 0; g < grp; g++) si[(size_t)g * stride + t] = ops->dot(q + (size_t)g * hd, row[t - t0], hd) * j->scale;
+            if (te > t0)
+                for (int g = 0; g < grp; g++) ops->dots(q + (size_t)g * hd, row, (int)(te - t0), hd, j->scale, si + (size_t)g * stride + t0);
         }
     }
     for (int i = i0; i < i1; i++) {
@@ -500,8 +500,8 @@ static void att_task(void *ctx, int task, int thread) {
             const uint32_t te = (uint32_t)b->n_keys[i] < t0 + nt ? (uint32_t)b->n_keys[i] : t0 + nt;
             float *o = j->out + (size_t)i * q_dim + (size_t)kvh * grp * hd;
             const float *si = sc + (size_t)(i - i0) * grp * stride;
-            for (uint32_t t = t0; t < te; t++)
-                for (int g = 0; g < grp; g++) ops->axpy(o + (size_t)g * hd, si[(size_t)g * stride + t], row[t - t0], hd);
+            if (te > t0)
+                for (int g = 0; g < grp; g++) ops->axpys(o + (size_t)g * hd, si + (size_t)g * stride + t0, row, (int)(te - t0), hd);
         }
     }
 }

@@ -129,6 +129,10 @@ typedef struct dsp_cpu_ops {
     void (*swiglu)(float *a, const float *b, int64_t n);        /* a = silu(a) * b */
     void (*rope)(float *x, const float *cs, int rot_dim, int neox);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a * x, element-wise (exact order) */
+    /* attention over a chunk of key (or value) rows, bit-identical to the calls one by one:
+     * out[t] = dot(q, rows[t], n) * scale, and axpy(o, p[t], rows[t], n) for t = 0 .. nt - 1 in order */
+    void (*dots)(const float *q, const float *const *rows, int nt, int64_t n, float scale, float *out);
+    void (*axpys)(float *o, const float *p, const float *const *rows, int nt, int64_t n);
     int64_t (*argmax)(const float *x, int64_t n);               /* first index of the maximum (no NaN) */
 } dsp_cpu_ops;
 

@@ -209,7 +209,14 @@ void dsp_cpu_ref_matmul_q8(uint32_t type, const void *w, size_t row_bytes, int64
 
 static void ref_dequant_row(uint32_t type, const void *src, float *dst, int64_t n) { dsp_dequantize_row(type, src, dst, (uint64_t)n); }
 
+static void ref_dots(const float *q, const float *const *rows, int nt, int64_t n, float scale, float *out) {
+    for (int t = 0; t < nt; t++) out[t] = dsp_cpu_dot_f32(q, rows[t], n) * scale;
+}
+static void ref_axpys(float *o, const float *p, const float *const *rows, int nt, int64_t n) {
+    for (int t = 0; t < nt; t++) dsp_cpu_axpy(o, p[t], rows[t], n);
+}
+
 const dsp_cpu_ops dsp_cpu_ops_scalar = {
     "scalar", dsp_cpu_ref_matmul, dsp_cpu_ref_matmul_q8, dsp_cpu_quantize_q8, ref_dequant_row, dsp_cpu_dot_f32, dsp_cpu_rmsnorm,
-    dsp_cpu_softmax, dsp_cpu_swiglu, dsp_cpu_rope, dsp_cpu_axpy, dsp_cpu_argmax,
+    dsp_cpu_softmax, dsp_cpu_swiglu, dsp_cpu_rope, dsp_cpu_axpy, ref_dots, ref_axpys, dsp_cpu_argmax,
 };

@@ -678,6 +678,48 @@ static void k_axpy(float *y, float a, const float *x, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* ---- attention over a chunk of keys (the ops.h contract: k_dot and k_axpy's bits) --------------
+ * dots: DOTS_KEYS keys at a time share each load of q and keep 2 * DOTS_KEYS independent FMA
+ * chains in flight (one k_dot is a chain of n / 16 dependent FMAs); per key the lanes, the FMA
+ * order and the tree are k_dot's (ftile of one F32 row: fma(q, k, acc) per 32-float step). axpys:
+ * the output row stays in registers for the whole chunk (axpy loads and stores it once per key),
+ * each element still o + p[t] * v in key order. */
+#define DOTS_KEYS (VW == 16 ? 4 : 2)
+static void k_dots(const float *q, const float *const *rows, int nt, int64_t n, float scale, float *out) {
+    int t = 0;
+    if (n % 32 == 0)
+        for (; t + DOTS_KEYS <= nt; t += DOTS_KEYS) {
+            vf acc[DOTS_KEYS][NG];
+            for (int k = 0; k < DOTS_KEYS; k++)
+                for (int g = 0; g < NG; g++) acc[k][g] = vzero();
+            for (int64_t s = 0; s < n / 32; s++)
+                for (int g = 0; g < NG; g++) {
+                    const vf qv = vload(q + 32 * s + VW * g);
+                    for (int k = 0; k < DOTS_KEYS; k++) acc[k][g] = vfma(qv, vload(rows[t + k] + 32 * s + VW * g), acc[k][g]);
+                }
+            for (int k = 0; k < DOTS_KEYS; k++) out[t + k] = hsum8(to8(acc[k])) * scale;
+        }
+    for (; t < nt; t++) out[t] = k_dot(q, rows[t], n) * scale;
+}
+
+#define AXPYS_VECS 8 /* output vectors held in registers per pass */
+AI void axpys_cols(float *o, const float *p, const float *const *rows, int nt, int64_t c0, const int NV) {
+    vf acc[AXPYS_VECS];
+    for (int v = 0; v < NV; v++) acc[v] = vload(o + c0 + VW * v);
+    for (int t = 0; t < nt; t++) {
+        const vf va = vset1(p[t]);
+        for (int v = 0; v < NV; v++) acc[v] = vadd(acc[v], vmul(va, vload(rows[t] + c0 + VW * v)));
+    }
+    for (int v = 0; v < NV; v++) vstore(o + c0 + VW * v, acc[v]);
+}
+static void k_axpys(float *o, const float *p, const float *const *rows, int nt, int64_t n) {
+    int64_t c0 = 0;
+    for (; c0 + AXPYS_VECS * VW <= n; c0 += AXPYS_VECS * VW) axpys_cols(o, p, rows, nt, c0, AXPYS_VECS);
+    for (; c0 + VW <= n; c0 += VW) axpys_cols(o, p, rows, nt, c0, 1);
+    for (int t = 0; t < nt && c0 < n; t++) /* the tail, as k_axpy's */
+        for (int64_t i = c0; i < n; i++) o[i] += p[t] * rows[t][i];
+}
+
 static int64_t k_argmax(const float *x, int64_t n) {
     if (n <= 0) return 0;
     float mx = x[0];
@@ -694,5 +736,6 @@ static int64_t k_argmax(const float *x, int64_t n) {
 }
 
 const dsp_cpu_ops OPS_NAME = {
-    ISA_NAME, k_matmul, k_matmul_q8, k_quantize_q8, k_dequant_row, k_dot, k_rmsnorm, k_softmax, k_swiglu, dsp_cpu_rope, k_axpy, k_argmax,
+    ISA_NAME, k_matmul, k_matmul_q8, k_quantize_q8, k_dequant_row, k_dot, k_rmsnorm, k_softmax, k_swiglu, dsp_cpu_rope, k_axpy, k_dots, k_axpys,
+    k_argmax,
 };
