@@ -18,7 +18,8 @@ continues where it stopped.
            features at random anchors, Markov head, confidence head trained on 1 - TV(draft,
            target); loss 0.1 CE + 0.9 L1 + 1.0 BCE, slot weights exp(-k/4); AdamW, bf16 autocast
            on CUDA, fixed seed, a progress bar, logged loss and per-slot acceptance (1 - TV) on
-           held-out data, checkpoints (--train-seconds bounds the time).
+           held-out data, checkpoints (--train-seconds bounds the time; --stop-after ends a run
+           early, checkpointed, and a later run resumes: the schedule spans the runs).
   eval     WORK/metrics.json: greedy speculative decoding simulated on the held-out answers:
            per-slot acceptance and mean accepted length per round (bonus token included), per
            prompt source; confidence-threshold trade-off.
@@ -384,7 +385,8 @@ def build_drafter(cfg, target, device, seed: int):
     return d.to(device)
 
 
-def step_train(args, target, tok, device) -> None:
+def step_train(args, target, tok, device) -> bool:
+    """Train (or resume) until the schedule ends; False when --stop-after ended this run first."""
     import contextlib
     import torch
     from tqdm import tqdm
@@ -457,7 +459,8 @@ def step_train(args, target, tok, device) -> None:
                 "heldout_expected_accept_len": round(float(torch.cat(tau).mean()), 4)}
 
     bar = tqdm(total=args.train_steps, initial=step, desc="train", unit="step", mininterval=5)
-    t_start = time.time() - elapsed
+    t_run = time.time()
+    t_start = t_run - elapsed  # the training time of earlier runs counts (checkpoint's "elapsed")
 
     def progress() -> float:
         """Share of the run done: by steps, or by time under --train-seconds (whichever is further);
@@ -469,7 +472,8 @@ def step_train(args, target, tok, device) -> None:
 
     warm = min(100, args.train_steps // 10 + 1)
     drafter.train()
-    while progress() < 1.0:
+    done = progress() >= 1.0
+    while not done:
         if args.bucket > 0:  # a random window of like lengths: less right padding in the target's forward
             w = min(len(tr), args.batch * args.bucket)
             i = random.randrange(len(tr) - w + 1)
@@ -490,6 +494,7 @@ def step_train(args, target, tok, device) -> None:
         step += 1
         bar.update(1)
         done = progress() >= 1.0
+        stop = not done and args.stop_after > 0 and time.time() - t_run >= args.stop_after
         if step % args.log_every == 0 or done:
             row = {"step": step, "lr": lr, "grad_norm": float(gn), "elapsed_s": round(time.time() - t_start, 1)}
             row.update({k: (round(float(v), 5) if v.ndim == 0 else [round(float(x), 4) for x in v]) for k, v in s.items()})
@@ -498,14 +503,21 @@ def step_train(args, target, tok, device) -> None:
             logf.write(json.dumps(row) + "\n")
             logf.flush()
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc0=f"{row['accept_rate_by_slot'][0]:.2f}")
-        if step % args.ckpt_every == 0 or done:
+        if step % args.ckpt_every == 0 or done or stop:
             torch.save({"model": core_state(drafter), "opt": opt.state_dict(), "step": step,
                         "elapsed": time.time() - t_start, "gen": gen.get_state(), "py_rng": random.getstate()},
                        state_path + ".tmp")
             os.replace(state_path + ".tmp", state_path)
+        if stop:
+            break
     bar.close()
     logf.close()
+    if not done:
+        log(f"train: stopped by --stop-after at step {step}, {time.time() - t_start:.0f} s trained "
+            f"({100 * progress():.0f}% of the schedule); run train again to resume")
+        return False
     log(f"train: done, {step} steps in {time.time() - t_start:.0f} s")
+    return True
 
 
 def load_trained(args, target, device, bf16_round: bool = True):
@@ -706,7 +718,11 @@ def parse_args(argv=None):
     g = ap.add_argument_group("training")
     g.add_argument("--train-steps", type=int, default=4000, help="training steps (the learning-rate schedule's length)")
     g.add_argument("--train-seconds", type=float, default=0,
-                   help="also stop after this much training time; the schedule then follows the time (0: no limit)")
+                   help="also stop after this much training time, summed over resumed runs; the schedule then "
+                        "follows the time (0: no limit)")
+    g.add_argument("--stop-after", type=float, default=0,
+                   help="end this run's training after this many seconds, checkpointed, before the schedule's "
+                        "end (for time-limited machines); the later steps wait for a run that finishes it")
     g.add_argument("--batch", type=int, default=16)
     g.add_argument("--bucket", type=int, default=0,
                    help="draw each batch from a random window of BUCKET x batch sequences of like lengths (0: from all)")
@@ -758,8 +774,8 @@ def main(argv=None) -> int:
         f"loaded in {time.time() - t0:.1f} s on {device}")
     if "data" in rest:
         step_data(args, target, tok, device)
-    if "train" in rest:
-        step_train(args, target, tok, device)
+    if "train" in rest and not step_train(args, target, tok, device):
+        return 0  # --stop-after: eval and export wait for the run that finishes the schedule
     if "eval" in rest:
         step_eval(args, target, tok, device)
     if "export" in rest:
