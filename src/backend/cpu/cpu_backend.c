@@ -460,6 +460,12 @@ static uint32_t att_chunk(const float *base, const dsp_kv_store *kv, const dsp_k
     return n;
 }
 
+/* how many of the chunk's keys t0 .. t0 + nt - 1 row i of the batch attends to (causal: its n_keys) */
+static int att_span(const dsp_be_batch *b, int i, uint32_t t0, uint32_t nt) {
+    const uint32_t te = (uint32_t)b->n_keys[i] < t0 + nt ? (uint32_t)b->n_keys[i] : t0 + nt;
+    return te > t0 ? (int)(te - t0) : 0;
+}
+
 /* One task = one KV head x a block of up to ATT_TOKENS consecutive rows of one sequence (a
  * prefill chunk or verify block; rows of different sequences are blocks of one): the group of query
  * heads that share the KV head (GQA) and the block's rows are served by a single pass over the keys
@@ -485,11 +491,10 @@ static void att_task(void *ctx, int task, int thread) {
     for (uint32_t t0 = 0; t0 < max_keys; t0 += ATT_KEYS) {
         const uint32_t nt = att_chunk(kv->k, kv, s, j->layer, t0, max_keys, (size_t)kvh * hd, row);
         for (int i = i0; i < i1; i++) {
-            const uint32_t te = (uint32_t)b->n_keys[i] < t0 + nt ? (uint32_t)b->n_keys[i] : t0 + nt;
+            const int n = att_span(b, i, t0, nt);
             const float *q = j->q + (size_t)i * q_dim + (size_t)kvh * grp * hd;
-            float *si = sc + (size_t)(i - i0) * grp * stride;
-            if (te > t0)
-                for (int g = 0; g < grp; g++) ops->dots(q + (size_t)g * hd, row, (int)(te - t0), hd, j->scale, si + (size_t)g * stride + t0);
+            float *si = sc + (size_t)(i - i0) * grp * stride + t0;
+            for (int g = 0; g < grp && n > 0; g++) ops->dots(q + (size_t)g * hd, row, n, hd, j->scale, si + (size_t)g * stride);
         }
     }
     for (int i = i0; i < i1; i++) {
@@ -500,11 +505,10 @@ static void att_task(void *ctx, int task, int thread) {
     for (uint32_t t0 = 0; t0 < max_keys; t0 += ATT_KEYS) {
         const uint32_t nt = att_chunk(kv->v, kv, s, j->layer, t0, max_keys, (size_t)kvh * hd, row);
         for (int i = i0; i < i1; i++) {
-            const uint32_t te = (uint32_t)b->n_keys[i] < t0 + nt ? (uint32_t)b->n_keys[i] : t0 + nt;
+            const int n = att_span(b, i, t0, nt);
             float *o = j->out + (size_t)i * q_dim + (size_t)kvh * grp * hd;
-            const float *si = sc + (size_t)(i - i0) * grp * stride;
-            if (te > t0)
-                for (int g = 0; g < grp; g++) ops->axpys(o + (size_t)g * hd, si + (size_t)g * stride + t0, row, (int)(te - t0), hd);
+            const float *si = sc + (size_t)(i - i0) * grp * stride + t0;
+            for (int g = 0; g < grp && n > 0; g++) ops->axpys(o + (size_t)g * hd, si + (size_t)g * stride, row, n, hd);
         }
     }
 }
