@@ -650,8 +650,13 @@ static void k_quantize_q8(const float *x, int64_t n, void *dst) {
                 VSTORE_I8(qb + VW * g, VCVT_I32(v));             /* round to nearest even */
             }
         }
-        int32_t sum[2][2] = {{0, 0}, {0, 0}};
-        for (int k = 0; k < 32; k++) sum[k / 16][(k / 4) % 2] += qb[k];
+        /* sums of the 4-quant groups (vpmaddubsw by 1, then vpmaddwd by 1: exact), g[j] over j = k / 4 */
+        const __m128i one8 = _mm_set1_epi8(1), one16 = _mm_set1_epi16(1);
+        const __m128i glo = _mm_madd_epi16(_mm_maddubs_epi16(one8, _mm_loadu_si128((const __m128i *)qb)), one16);
+        const __m128i ghi = _mm_madd_epi16(_mm_maddubs_epi16(one8, _mm_loadu_si128((const __m128i *)(qb + 16))), one16);
+        const __m128i h = _mm_add_epi32(_mm_unpacklo_epi64(glo, ghi), _mm_unpackhi_epi64(glo, ghi)); /* g0+g2, g1+g3, g4+g6, g5+g7 */
+        int32_t sum[2][2];
+        _mm_storeu_si128((__m128i *)sum, h);
         for (int k = 0; k < 4; k++) memcpy(q + dsp_cpu_q8_index(b, 8 * k), qb + 8 * k, 8);
         memcpy(q + 72 * nbp + 32 * b, qb, 32); /* qn */
         dsp_cpu_q8_put_sums(b, db, sum, d, s, nS, nSlo, nShi);
