@@ -67,12 +67,16 @@ typedef struct cpu_backend {
     const dsp_be_batch *b;   /* the current forward's batch */
 } cpu_backend;
 
-/* rows of one sequence that an attention task serves together, and keys per chunk of its pass
- * (cpu_attention). A chunk must stay in L1 while the block's rows use it: a head's rows of
- * consecutive positions lie kv_dim floats apart, 4 KiB for Qwen3 (1024), so all of a chunk's
- * rows fall in the same L1 sets; 32 keys overflowed the 12 ways (prefill of 1,229 tokens, Qwen3-0.6B
- * Q4_K_M, 2-core Xeon: 11.3 s at 32 keys, 8.5-9.3 s at 8; 4 to 12 alike). */
-#define ATT_TOKENS 4
+/* rows of one sequence that an attention task serves together (at most; cpu_attention halves it
+ * down to ATT_TOKENS_MIN while there are fewer than two tasks per thread), and keys per chunk of its
+ * pass. Every block streams its head's keys and values from L2/L3 once, so a block of 4 rows made
+ * long prefills bandwidth-bound (1,800-token prefill, Qwen3-0.6B Q4_K_M, 2-core Xeon: 11.6 s with
+ * blocks of 4 rows, 9.8 s with 32). A chunk must stay in L1 while the block's rows use it: a head's
+ * rows of consecutive positions lie kv_dim floats apart, 4 KiB for Qwen3 (1024), so all of a
+ * chunk's rows fall in the same L1 sets; 32 keys overflowed the 12 ways (1,229 tokens: 11.3 s at
+ * 32 keys, 8.5-9.3 s at 8; 4 to 12 alike). The blocking never changes a row's bits. */
+#define ATT_TOKENS 32
+#define ATT_TOKENS_MIN 4
 #define ATT_KEYS 8
 
 static cpu_backend *cpu(dsp_backend *be) { return (cpu_backend *)be; }
@@ -520,8 +524,12 @@ static void cpu_attention(dsp_backend *be, dsp_buf *out, const dsp_buf *q, const
     DSP_ASSERT(n_head / n_head_kv <= c->lim.max_group && n_head_kv * head_dim == kv->kv_dim);
     for (int i = 0; i < b->n_tokens; i++) DSP_ASSERT(b->n_keys[i] >= 1 && (uint32_t)b->n_keys[i] <= c->lim.max_keys);
     int n_blk = 0;
-    for (int i = 0; i < b->n_tokens; i++)
-        if (i == 0 || b->seq[i] != b->seq[i - 1] || i - c->att_blk[n_blk - 1] == ATT_TOKENS) c->att_blk[n_blk++] = i;
+    for (int bt = ATT_TOKENS; bt >= ATT_TOKENS_MIN; bt /= 2) {
+        n_blk = 0;
+        for (int i = 0; i < b->n_tokens; i++)
+            if (i == 0 || b->seq[i] != b->seq[i - 1] || i - c->att_blk[n_blk - 1] == bt) c->att_blk[n_blk++] = i;
+        if (n_blk * n_head_kv >= 2 * c->n_threads) break;
+    }
     c->att_blk[n_blk] = b->n_tokens;
     att_job j = {c, out->data, q->data, kv, layer, n_head, n_head_kv, head_dim, scale};
     dsp_pool_run(c->pool, n_blk * n_head_kv, att_task, &j);
