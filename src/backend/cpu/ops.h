@@ -128,7 +128,7 @@ typedef struct dsp_cpu_ops {
     void (*softmax)(float *x, int64_t n);                       /* in place */
     void (*swiglu)(float *a, const float *b, int64_t n);        /* a = silu(a) * b */
     void (*rope)(float *x, const float *cs, int rot_dim, int neox);
-    void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a * x, element-wise (exact order) */
+    void (*axpy)(float *y, float a, const float *x, int64_t n); /* y = fma(a, x, y), element-wise */
     /* attention over a chunk of key (or value) rows, bit-identical to the calls one by one:
      * out[t] = dot(q, rows[t], n) * scale, and axpy(o, p[t], rows[t], n) for t = 0 .. nt - 1 in order */
     void (*dots)(const float *q, const float *const *rows, int nt, int64_t n, float scale, float *out);

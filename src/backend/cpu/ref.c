@@ -59,7 +59,7 @@ void dsp_cpu_rope(float *x, const float *cs, int rot_dim, int neox) {
 }
 
 void dsp_cpu_axpy(float *y, float a, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+    for (int64_t i = 0; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
 }
 
 int64_t dsp_cpu_argmax(const float *x, int64_t n) {

@@ -670,12 +670,12 @@ static void k_rmsnorm(float *out, const float *x, const float *w, int64_t n, flo
     for (; i < n; i++) out[i] = w ? w[i] * (x[i] * r) : x[i] * r;
 }
 
-/* y += a * x, unfused like the reference: bit-identical to it */
+/* y = fma(a, x, y) per element, like the reference: bit-identical to it */
 static void k_axpy(float *y, float a, const float *x, int64_t n) {
     const vf va = vset1(a);
     int64_t i = 0;
-    for (; i + VW <= n; i += VW) vstore(y + i, vadd(vload(y + i), vmul(va, vload(x + i))));
-    for (; i < n; i++) y[i] += a * x[i];
+    for (; i + VW <= n; i += VW) vstore(y + i, vfma(va, vload(x + i), vload(y + i)));
+    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
 }
 
 /* ---- attention over a chunk of keys (the ops.h contract: k_dot and k_axpy's bits) --------------
@@ -683,7 +683,7 @@ static void k_axpy(float *y, float a, const float *x, int64_t n) {
  * chains in flight (one k_dot is a chain of n / 16 dependent FMAs); per key the lanes, the FMA
  * order and the tree are k_dot's (ftile of one F32 row: fma(q, k, acc) per 32-float step). axpys:
  * the output row stays in registers for the whole chunk (axpy loads and stores it once per key),
- * each element still o + p[t] * v in key order. */
+ * each element still fma(p[t], v, o) in key order. */
 #define DOTS_KEYS (VW == 16 ? 4 : 2)
 static void k_dots(const float *q, const float *const *rows, int nt, int64_t n, float scale, float *out) {
     int t = 0;
@@ -708,7 +708,7 @@ AI void axpys_cols(float *o, const float *p, const float *const *rows, int nt, i
     for (int v = 0; v < NV; v++) acc[v] = vload(o + c0 + VW * v);
     for (int t = 0; t < nt; t++) {
         const vf va = vset1(p[t]);
-        for (int v = 0; v < NV; v++) acc[v] = vadd(acc[v], vmul(va, vload(rows[t] + c0 + VW * v)));
+        for (int v = 0; v < NV; v++) acc[v] = vfma(va, vload(rows[t] + c0 + VW * v), acc[v]);
     }
     for (int v = 0; v < NV; v++) vstore(o + c0 + VW * v, acc[v]);
 }
@@ -717,7 +717,7 @@ static void k_axpys(float *o, const float *p, const float *const *rows, int nt, 
     for (; c0 + AXPYS_VECS * VW <= n; c0 += AXPYS_VECS * VW) axpys_cols(o, p, rows, nt, c0, AXPYS_VECS);
     for (; c0 + VW <= n; c0 += VW) axpys_cols(o, p, rows, nt, c0, 1);
     for (int t = 0; t < nt && c0 < n; t++) /* the tail, as k_axpy's */
-        for (int64_t i = c0; i < n; i++) o[i] += p[t] * rows[t][i];
+        for (int64_t i = c0; i < n; i++) o[i] = fmaf(p[t], rows[t][i], o[i]);
 }
 
 static int64_t k_argmax(const float *x, int64_t n) {
