@@ -104,7 +104,8 @@ TGT static void chain_vnni_row(const panels *w, const int8_t *x, const float *dx
         const uint8_t *nb = w->nib + (size_t)p * NB * 256;
         for (int b = 0; b < NB; b++, nb += 256) {
             __m512i s = _mm512_set1_epi32(-8 * xsum[b]);
-            const int32_t *xb = (const int32_t *)(x + 32 * b);
+            int32_t xb[8]; /* the block's activations, 4 bytes per lane-sized group */
+            memcpy(xb, x + 32 * b, sizeof xb);
             for (int r = 0; r < 4; r++) {
                 const __m512i v = _mm512_load_si512(nb + 64 * r);
                 s = _mm512_dpbusd_epi32(s, _mm512_and_si512(v, m4), _mm512_set1_epi32(xb[r]));
