@@ -454,6 +454,7 @@ typedef struct att_job {
     const dsp_kv_store *kv;
     int layer, n_head, n_head_kv, head_dim;
     float scale;
+    int per_head; /* tasks are (block, query head), not (block, KV head): few blocks, many threads */
 } att_job;
 
 /* the rows of keys (or values: base) t0 .. t0 + n - 1 of s at column col, n = min(ATT_KEYS, what is left) */
@@ -483,7 +484,9 @@ static void att_task(void *ctx, int task, int thread) {
     const dsp_be_batch *b = c->b;
     const dsp_kv_store *kv = j->kv;
     const int grp = j->n_head / j->n_head_kv, hd = j->head_dim, q_dim = j->n_head * hd;
-    const int blk = task / j->n_head_kv, kvh = task % j->n_head_kv;
+    const int tpb = j->per_head ? j->n_head : j->n_head_kv; /* tasks per block */
+    const int blk = task / tpb, kvh = (task % tpb) / (j->per_head ? grp : 1);
+    const int g0 = j->per_head ? task % grp : 0, g1 = j->per_head ? g0 + 1 : grp; /* the group's heads this task serves */
     const int i0 = c->att_blk[blk], i1 = c->att_blk[blk + 1];
     const dsp_kv_seq *s = b->seqs[b->seq[i0]];
     const uint32_t stride = c->lim.max_keys;
@@ -498,13 +501,13 @@ static void att_task(void *ctx, int task, int thread) {
             const int n = att_span(b, i, t0, nt);
             const float *q = j->q + (size_t)i * q_dim + (size_t)kvh * grp * hd;
             float *si = sc + (size_t)(i - i0) * grp * stride + t0;
-            for (int g = 0; g < grp && n > 0; g++) ops->dots(q + (size_t)g * hd, row, n, hd, j->scale, si + (size_t)g * stride);
+            for (int g = g0; g < g1 && n > 0; g++) ops->dots(q + (size_t)g * hd, row, n, hd, j->scale, si + (size_t)g * stride);
         }
     }
     for (int i = i0; i < i1; i++) {
         float *si = sc + (size_t)(i - i0) * grp * stride;
-        for (int g = 0; g < grp; g++) ops->softmax(si + (size_t)g * stride, (uint32_t)b->n_keys[i]);
-        memset(j->out + (size_t)i * q_dim + (size_t)kvh * grp * hd, 0, (size_t)grp * hd * sizeof(float));
+        for (int g = g0; g < g1; g++) ops->softmax(si + (size_t)g * stride, (uint32_t)b->n_keys[i]);
+        memset(j->out + (size_t)i * q_dim + (size_t)(kvh * grp + g0) * hd, 0, (size_t)(g1 - g0) * hd * sizeof(float));
     }
     for (uint32_t t0 = 0; t0 < max_keys; t0 += ATT_KEYS) {
         const uint32_t nt = att_chunk(kv->v, kv, s, j->layer, t0, max_keys, (size_t)kvh * hd, row);
@@ -512,7 +515,7 @@ static void att_task(void *ctx, int task, int thread) {
             const int n = att_span(b, i, t0, nt);
             float *o = j->out + (size_t)i * q_dim + (size_t)kvh * grp * hd;
             const float *si = sc + (size_t)(i - i0) * grp * stride + t0;
-            for (int g = 0; g < grp && n > 0; g++) ops->axpys(o + (size_t)g * hd, si + (size_t)g * stride, row, n, hd);
+            for (int g = g0; g < g1 && n > 0; g++) ops->axpys(o + (size_t)g * hd, si + (size_t)g * stride, row, n, hd);
         }
     }
 }
@@ -531,8 +534,11 @@ static void cpu_attention(dsp_backend *be, dsp_buf *out, const dsp_buf *q, const
         if (n_blk * n_head_kv >= 2 * c->n_threads) break;
     }
     c->att_blk[n_blk] = b->n_tokens;
-    att_job j = {c, out->data, q->data, kv, layer, n_head, n_head_kv, head_dim, scale};
-    dsp_pool_run(c->pool, n_blk * n_head_kv, att_task, &j);
+    /* still under two tasks per thread (decode, a short verify block): one task per query head of a
+     * group instead (each re-reads the group's keys, from L1/L2 at these sizes) */
+    const int per_head = n_blk * n_head_kv < 2 * c->n_threads && n_head > n_head_kv;
+    att_job j = {c, out->data, q->data, kv, layer, n_head, n_head_kv, head_dim, scale, per_head};
+    dsp_pool_run(c->pool, n_blk * (per_head ? n_head : n_head_kv), att_task, &j);
 }
 
 static void cpu_add(dsp_backend *be, dsp_buf *x, const dsp_buf *y, size_t n) {
