@@ -109,6 +109,28 @@ AI __m256 q8_f16x8(const uint8_t *p, int stride, int hi) {
     return q8_f16x8_at(p, stride, hi, in_order, 8);
 }
 
+#if VW == 16
+/* Q4_0 / Q4_1: the scales (and mins) of 8 whole blocks at p by permutes of vector loads, the same
+ * values as q8_f16x8 gives (which goes through the stack: 16 scalar loads and a store-forwarding
+ * stall per Q4_1 step). Q4_0's d of block b is 16-bit word 9b of p (18-byte blocks), Q4_1's d | m
+ * dword 5b (20-byte blocks); the loads stay inside the 8 blocks (144 / 160 bytes). */
+AI void q8_q4_headers(const uint32_t type, const uint8_t *p, q8sc *s) {
+    if (type == DSP_Q4_0) {
+        static const uint16_t idx[32] = {0, 9, 18, 27, 36, 45, 54, 63};
+        const __m512i h = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)p), _mm512_loadu_si512((const void *)idx),
+                                                     _mm512_loadu_si512((const void *)(p + 64)));
+        s->D = q8_lanes(_mm256_cvtph_ps(_mm512_castsi512_si128(h)));
+    } else {
+        __m512i t = _mm512_permutex2var_epi32(_mm512_loadu_si512((const void *)p), _mm512_setr_epi32(0, 5, 10, 15, 20, 25, 30, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                                              _mm512_loadu_si512((const void *)(p + 64)));
+        t = _mm512_mask_permutexvar_epi32(t, 0x80, _mm512_set1_epi32(3), _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 128))));
+        const __m512 dm = _mm512_cvtph_ps(_mm512_castsi512_si256(t)); /* d0 m0 d1 m1 ... */
+        s->D = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14), dm);
+        s->M = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15), dm);
+    }
+}
+#endif
+
 /* Q4_K/Q5_K: D_w = d * sc_j, M_w = -(dmin * m_j) for the 8 sub-blocks of the super-block at p.
  * The 6-bit scales (dsp_quant_scale_min_k4), four at a time in 32-bit words a, b, c = bytes 0-3,
  * 4-7, 8-11: sc0-3 = a & 63, sc4-7 = (c & 15) | (bits 6-7 of a) << 4; m likewise from b and c >> 4. */
@@ -202,8 +224,12 @@ AI void q8_unpack(const uint32_t type, const uint8_t *p, q8w *w) {
         }
 #endif
 #undef QS
+#if VW == 16
+        q8_q4_headers(type, p, &w->s);
+#else
         w->s.D = q8_lanes(q8_f16x8(p, bs, 0));
         if (type == DSP_Q4_1) w->s.M = q8_lanes(q8_f16x8(p, bs, 1));
+#endif
     } else if (type == DSP_Q4_K || type == DSP_Q5_K) {
         /* sub-blocks 2h, 2h + 1 are the low / high nibbles of chunk h (qs[32h..]): their weights
          * 8k.. are qword k of the chunk, twice */
