@@ -15,7 +15,8 @@
  *   - AMX-INT8 for many rows (tdpbssd of 16 or 32 activation rows x 16 outputs x one block, then the
  *     chain on the C tile's rows).
  * One thread, thread CPU time, fastest of 7; one row streams --out rows (default 8192: 4.5 MiB,
- * L3-sized like bench_kernels --mb 4), the many-row figures use 1024 outputs x 1024 inputs.
+ * L3-sized like bench_kernels --mb 4), as do 9 rows (a verify block of 1 + 8: its cost over one
+ * row is bench_kernels' "x1 row" at 9) and 16; the 16-512-row figures use 1024 outputs x 1024 inputs.
  * Compare with `bench_kernels --type q4_0 --in 1024 --mb 4` (today's kernels).
  * Needs AMX (Sapphire Rapids or later) and Linux's permission for the tile state; says so otherwise. */
 #define _GNU_SOURCE /* syscall */
@@ -118,8 +119,8 @@ TGT static void chain_vnni_row(const panels *w, const int8_t *x, const float *dx
     }
 }
 
-/* many rows (a multiple of 16), AMX: per panel the blocks are unpacked once to signed bytes (B
- * tiles), then each 32-row group runs its tdpbssd per block and the chain on the C rows */
+/* many rows (up to 16, or a multiple of 16), AMX: per panel the blocks are unpacked once to signed
+ * bytes (B tiles), then each 32-row group runs its tdpbssd per block and the chain on the C rows */
 TGT static void chain_amx(const panels *w, int M, const int8_t *x, const float *dx, float *y) {
     static int8_t bt[NB][512] __attribute__((aligned(64)));
     static float dt[NB][16] __attribute__((aligned(64)));
@@ -127,10 +128,11 @@ TGT static void chain_amx(const panels *w, int M, const int8_t *x, const float *
     tile_config c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    c.rows[0] = 16, c.colsb[0] = 32; /* A: 16 activation rows x one block */
+    const int R = M < 16 ? M : 16; /* rows of the first A / C tile */
+    c.rows[0] = (uint8_t)R, c.colsb[0] = 32; /* A: 16 activation rows x one block */
     c.rows[1] = 16, c.colsb[1] = 32;
     c.rows[2] = 8, c.colsb[2] = 64;  /* B: the block's 32 weights of 16 outputs, 4 bytes per output and row */
-    c.rows[3] = 16, c.colsb[3] = 64; /* C: 16 rows x 16 outputs, int32 */
+    c.rows[3] = (uint8_t)R, c.colsb[3] = 64; /* C: 16 rows x 16 outputs, int32 */
     c.rows[4] = 16, c.colsb[4] = 64;
     _tile_loadconfig(&c);
     const __m512i m4 = _mm512_set1_epi8(0x0F), e8 = _mm512_set1_epi8(8);
@@ -161,13 +163,13 @@ TGT static void chain_amx(const panels *w, int M, const int8_t *x, const float *
                 }
                 _tile_stored(3, ct[0], 64);
                 const __m512 d = _mm512_load_ps(dt[b]);
-                for (int r = 0; r < 16; r++)
+                for (int r = 0; r < R; r++)
                     a0[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx[(m0 + r) * NB + b])), _mm512_cvtepi32_ps(_mm512_load_si512(ct[0][r])), a0[r]);
                 if (two)
                     for (int r = 0; r < 16; r++)
                         a1[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx[(m0 + 16 + r) * NB + b])), _mm512_cvtepi32_ps(_mm512_load_si512(ct[1][r])), a1[r]);
             }
-            for (int r = 0; r < 16; r++) _mm512_storeu_ps(y + (size_t)(m0 + r) * w->n_out + 16 * p, a0[r]);
+            for (int r = 0; r < R; r++) _mm512_storeu_ps(y + (size_t)(m0 + r) * w->n_out + 16 * p, a0[r]);
             if (two)
                 for (int r = 0; r < 16; r++) _mm512_storeu_ps(y + (size_t)(m0 + 16 + r) * w->n_out + 16 * p, a1[r]);
             if (!two) m0 -= 16; /* a last group of 16 */
@@ -194,8 +196,8 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (n_one < 16 || n_one % 16 || n_one > 1 << 20) {
-        fprintf(stderr, "bench_amx: --out must be a multiple of 16\n");
+    if (n_one < 16 || n_one % 16 || n_one > 1 << 16) {
+        fprintf(stderr, "bench_amx: --out must be a multiple of 16, at most 65536\n");
         return 2;
     }
     if (!amx_usable()) {
@@ -207,8 +209,8 @@ int main(int argc, char **argv) {
     make_panels(&big, n_one);
     make_panels(&w, 1024);
     int8_t *x = aligned_alloc(64, (size_t)MAXM * IN);
-    float *dx = malloc(sizeof(float) * MAXM * NB), *y = malloc(sizeof(float) * (size_t)MAXM * 1024 > sizeof(float) * (size_t)n_one ? sizeof(float) * (size_t)MAXM * 1024 : sizeof(float) * (size_t)n_one);
-    float *y0 = malloc(sizeof(float) * (size_t)MAXM * (n_one > 1024 ? n_one : 1024));
+    const size_t ny = (size_t)MAXM * 1024 > (size_t)16 * n_one ? (size_t)MAXM * 1024 : (size_t)16 * n_one; /* outputs of the largest run */
+    float *dx = malloc(sizeof(float) * MAXM * NB), *y = malloc(sizeof(float) * ny), *y0 = malloc(sizeof(float) * ny);
     int32_t *xsum = malloc(sizeof(int32_t) * NB);
     for (size_t i = 0; i < (size_t)MAXM * IN; i++) x[i] = (int8_t)(rnd(255) - 127);
     for (int i = 0; i < MAXM * NB; i++) dx[i] = (float)(rnd(1000) + 1) * 1e-3f;
@@ -233,6 +235,25 @@ int main(int argc, char **argv) {
     const double gb = (double)n_one * NB * (256 + 32) / 16 / (best * 1e6);
     if (json) printf("{\"rows\": 1, \"path\": \"vnni\", \"out\": %d, \"ms\": %.4f, \"weight_gb_s\": %.2f, \"gmac_s\": %.2f, \"mismatches\": %d}", n_one, best, gb, (double)n_one * IN / (best * 1e6), mis);
     else printf("  1 row  (vnni, %d outputs): %8.3f ms  %6.2f GB/s of weights  %7.2f GMAC/s  mismatches %d\n", n_one, best, gb, (double)n_one * IN / (best * 1e6), mis);
+    /* a verify block (1 + 8 rows) and 16 rows on the one-row figure's matrix: the cost over one row */
+    const double one = best;
+    const int Vs[] = {9, 16};
+    for (size_t vi = 0; vi < sizeof Vs / sizeof *Vs; vi++) {
+        const int M = Vs[vi];
+        best = 1e30;
+        for (int rep = 0; rep < 7; rep++) {
+            const double t = cpu_ms();
+            chain_amx(&big, M, x, dx, y);
+            const double e = cpu_ms() - t;
+            best = e < best ? e : best;
+        }
+        chain_ref(&big, M, x, dx, y0);
+        mis = 0;
+        for (size_t i = 0; i < (size_t)M * n_one; i++) mis += memcmp(&y[i], &y0[i], sizeof(float)) != 0;
+        bad += mis;
+        if (json) printf(", {\"rows\": %d, \"path\": \"amx\", \"out\": %d, \"ms\": %.4f, \"over_one_row\": %.3f, \"mismatches\": %d}", M, n_one, best, best / one, mis);
+        else printf("%3d rows (amx,  %d outputs): %8.3f ms  x1 row: %.2f  mismatches %d\n", M, n_one, best, best / one, mis);
+    }
     const int Ms[] = {16, 32, 64, 128, 512};
     for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++) {
         const int M = Ms[mi];
