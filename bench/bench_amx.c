@@ -235,42 +235,34 @@ int main(int argc, char **argv) {
     const double gb = (double)n_one * NB * (256 + 32) / 16 / (best * 1e6);
     if (json) printf("{\"rows\": 1, \"path\": \"vnni\", \"out\": %d, \"ms\": %.4f, \"weight_gb_s\": %.2f, \"gmac_s\": %.2f, \"mismatches\": %d}", n_one, best, gb, (double)n_one * IN / (best * 1e6), mis);
     else printf("  1 row  (vnni, %d outputs): %8.3f ms  %6.2f GB/s of weights  %7.2f GMAC/s  mismatches %d\n", n_one, best, gb, (double)n_one * IN / (best * 1e6), mis);
-    /* a verify block (1 + 8 rows) and 16 rows on the one-row figure's matrix: the cost over one row */
+    /* a verify block (1 + 8 rows) and 16 rows on the one-row figure's matrix (the cost over one
+     * row), then 16-512 rows on 1024 outputs (GMAC/s) */
     const double one = best;
-    const int Vs[] = {9, 16};
-    for (size_t vi = 0; vi < sizeof Vs / sizeof *Vs; vi++) {
-        const int M = Vs[vi];
+    const struct { const panels *w; int rows; } runs[] = {{&big, 9}, {&big, 16}, {&w, 16}, {&w, 32}, {&w, 64}, {&w, 128}, {&w, 512}};
+    for (size_t ri = 0; ri < sizeof runs / sizeof *runs; ri++) {
+        const panels *pw = runs[ri].w;
+        const int M = runs[ri].rows;
         best = 1e30;
         for (int rep = 0; rep < 7; rep++) {
             const double t = cpu_ms();
-            chain_amx(&big, M, x, dx, y);
+            chain_amx(pw, M, x, dx, y);
             const double e = cpu_ms() - t;
             best = e < best ? e : best;
         }
-        chain_ref(&big, M, x, dx, y0);
+        chain_ref(pw, M, x, dx, y0);
         mis = 0;
-        for (size_t i = 0; i < (size_t)M * n_one; i++) mis += memcmp(&y[i], &y0[i], sizeof(float)) != 0;
+        for (size_t i = 0; i < (size_t)M * pw->n_out; i++) mis += memcmp(&y[i], &y0[i], sizeof(float)) != 0;
         bad += mis;
-        if (json) printf(", {\"rows\": %d, \"path\": \"amx\", \"out\": %d, \"ms\": %.4f, \"over_one_row\": %.3f, \"mismatches\": %d}", M, n_one, best, best / one, mis);
-        else printf("%3d rows (amx,  %d outputs): %8.3f ms  x1 row: %.2f  mismatches %d\n", M, n_one, best, best / one, mis);
-    }
-    const int Ms[] = {16, 32, 64, 128, 512};
-    for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++) {
-        const int M = Ms[mi];
-        best = 1e30;
-        for (int rep = 0; rep < 7; rep++) {
-            const double t = cpu_ms();
-            chain_amx(&w, M, x, dx, y);
-            const double e = cpu_ms() - t;
-            best = e < best ? e : best;
-        }
-        chain_ref(&w, M, x, dx, y0);
-        mis = 0;
-        for (size_t i = 0; i < (size_t)M * 1024; i++) mis += memcmp(&y[i], &y0[i], sizeof(float)) != 0;
-        bad += mis;
-        const double gmac = (double)M * 1024 * IN / (best * 1e6);
-        if (json) printf(", {\"rows\": %d, \"path\": \"amx\", \"out\": 1024, \"ms\": %.4f, \"gmac_s\": %.2f, \"mismatches\": %d}", M, best, gmac, mis);
-        else printf("%3d rows (amx,  1024 outputs): %8.3f ms  %7.2f GMAC/s  mismatches %d\n", M, best, gmac, mis);
+        const double gmac = (double)M * pw->n_out * IN / (best * 1e6);
+        char over[32] = "null"; /* the cost over one row, for the one-row figure's matrix only */
+        if (pw == &big) snprintf(over, sizeof over, "%.3f", best / one);
+        if (json)
+            printf(", {\"rows\": %d, \"path\": \"amx\", \"out\": %d, \"ms\": %.4f, \"gmac_s\": %.2f, \"over_one_row\": %s, \"mismatches\": %d}", M,
+                   pw->n_out, best, gmac, over, mis);
+        else if (pw == &big)
+            printf("%3d rows (amx,  %d outputs): %8.3f ms  %7.2f GMAC/s  x1 row: %.2f  mismatches %d\n", M, pw->n_out, best, gmac, best / one, mis);
+        else
+            printf("%3d rows (amx,  %d outputs): %8.3f ms  %7.2f GMAC/s  mismatches %d\n", M, pw->n_out, best, gmac, mis);
     }
     if (json) printf("], \"mismatches\": %d}\n", bad);
     return bad ? 1 : 0;
