@@ -31,6 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 #define IN 1024
 #define NB (IN / 32)
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma,amx-tile,amx-int8")))
@@ -49,11 +51,7 @@ typedef struct {
     uint16_t *d16;    /* (n_out / 16, NB, 16) */
 } panels;
 
-static double cpu_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
+static double cpu_ms(void) { return bench_clock(CLOCK_THREAD_CPUTIME_ID) * 1e3; }
 
 static uint32_t rng = 12345;
 static int rnd(int n) {

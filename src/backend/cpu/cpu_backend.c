@@ -454,7 +454,7 @@ typedef struct att_job {
     const dsp_kv_store *kv;
     int layer, n_head, n_head_kv, head_dim;
     float scale;
-    int per_head; /* tasks are (block, query head), not (block, KV head): few blocks, many threads */
+    int heads; /* query heads per task: a KV group (n_head / n_head_kv), or 1 when blocks are few */
 } att_job;
 
 /* the rows of keys (or values: base) t0 .. t0 + n - 1 of s at column col, n = min(ATT_KEYS, what is left) */
@@ -484,9 +484,8 @@ static void att_task(void *ctx, int task, int thread) {
     const dsp_be_batch *b = c->b;
     const dsp_kv_store *kv = j->kv;
     const int grp = j->n_head / j->n_head_kv, hd = j->head_dim, q_dim = j->n_head * hd;
-    const int tpb = j->per_head ? j->n_head : j->n_head_kv; /* tasks per block */
-    const int blk = task / tpb, kvh = (task % tpb) / (j->per_head ? grp : 1);
-    const int g0 = j->per_head ? task % grp : 0, g1 = j->per_head ? g0 + 1 : grp; /* the group's heads this task serves */
+    const int tpb = j->n_head / j->heads, h0 = (task % tpb) * j->heads; /* tasks per block; the task's first query head */
+    const int blk = task / tpb, kvh = h0 / grp, g0 = h0 % grp, g1 = g0 + j->heads; /* the group's heads this task serves */
     const int i0 = c->att_blk[blk], i1 = c->att_blk[blk + 1];
     const dsp_kv_seq *s = b->seqs[b->seq[i0]];
     const uint32_t stride = c->lim.max_keys;
@@ -536,9 +535,9 @@ static void cpu_attention(dsp_backend *be, dsp_buf *out, const dsp_buf *q, const
     c->att_blk[n_blk] = b->n_tokens;
     /* still under two tasks per thread (decode, a short verify block): one task per query head of a
      * group instead (each re-reads the group's keys, from L1/L2 at these sizes) */
-    const int per_head = n_blk * n_head_kv < 2 * c->n_threads && n_head > n_head_kv;
-    att_job j = {c, out->data, q->data, kv, layer, n_head, n_head_kv, head_dim, scale, per_head};
-    dsp_pool_run(c->pool, n_blk * (per_head ? n_head : n_head_kv), att_task, &j);
+    const int heads = n_blk * n_head_kv < 2 * c->n_threads ? 1 : n_head / n_head_kv;
+    att_job j = {c, out->data, q->data, kv, layer, n_head, n_head_kv, head_dim, scale, heads};
+    dsp_pool_run(c->pool, n_blk * (n_head / heads), att_task, &j);
 }
 
 static void cpu_add(dsp_backend *be, dsp_buf *x, const dsp_buf *y, size_t n) {
