@@ -181,13 +181,17 @@ typedef enum dsp_device {
 } dsp_device;
 const char *dsp_device_to_string(dsp_device d); /* "auto", "cpu", "cuda" */
 
-/* The element type of the KV cache on the GPU (the CPU keeps K/V in F32). */
+/* The element type of the KV cache. K/V rows are rounded to it when written and widened exactly
+ * when read, so any type keeps batch invariance and lossless speculation. On the CPU, F16 halves
+ * the cache's memory against F32 (llama.cpp's default is an f16 cache) at a logit error of ~1e-3 on
+ * the tiny golden models; it measured no faster there (attention is compute-bound on the CPU). */
 typedef enum dsp_kv_type {
-    DSP_KV_DEFAULT = 0,     /* the backend's own: F16 on the GPU */
+    DSP_KV_DEFAULT = 0,     /* the backend's own: F32 on the CPU, F16 on the GPU */
     DSP_KV_F16,
     DSP_KV_BF16,            /* F16's range is +-65504; BF16 has F32's range with 8 significant bits */
+    DSP_KV_F32,             /* the CPU only */
 } dsp_kv_type;
-const char *dsp_kv_type_to_string(dsp_kv_type t); /* "default", "f16", "bf16" */
+const char *dsp_kv_type_to_string(dsp_kv_type t); /* "default", "f16", "bf16", "f32" */
 
 /* Arithmetic of the matmuls on the CPU. Q8 (the default): activations are quantized to 8 bits per
  * block of 32 for weights of types Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K, and the dot products
@@ -203,7 +207,7 @@ const char *dsp_precision_to_string(dsp_precision p); /* "q8", "f32" */
 typedef struct dsp_engine_params {
     dsp_device device;
     int gpu;                /* CUDA device index */
-    dsp_kv_type kv_type;    /* device CUDA only: with another device it is an error */
+    dsp_kv_type kv_type;    /* K/V element type (default: F32 on the CPU, F16 on the GPU) */
     int n_threads;          /* CPU threads; 0 = physical cores */
     dsp_precision precision; /* CPU matmul arithmetic (default Q8) */
     uint32_t n_ctx;         /* tokens per sequence; 0 = min(training context, 4096) */

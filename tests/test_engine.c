@@ -70,8 +70,11 @@ static bool same(const collected *a, const collected *b) {
            a->res.finish == b->res.finish;
 }
 
+static dsp_kv_type g_kv_type; /* of the engines make_engine creates */
+
 static dsp_engine *make_engine(int max_batch, int batch_tokens, uint32_t kv_tokens, bool prefix_cache) {
     dsp_engine_params ep = dsp_engine_default_params();
+    ep.kv_type = g_kv_type;
     ep.n_ctx = 512;
     ep.kv_tokens = kv_tokens;
     ep.n_threads = 2;
@@ -203,15 +206,15 @@ static void test_bad_input(void) {
     ep.kv_tokens = 8;
     CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
     CHECK(e == NULL);
-    /* a K/V type is for device cuda only: refused on device cpu, ignored where auto runs on the CPU
-     * (CTest sets DSPARK_DEVICE=cpu: auto is the CPU here even on a GPU machine); an unknown one is refused */
-    ep = dsp_engine_default_params();
-    ep.device = DSP_DEVICE_CPU, ep.kv_type = DSP_KV_BF16;
-    CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
-    if (getenv("DSPARK_DEVICE") && !strcmp(getenv("DSPARK_DEVICE"), "cpu")) {
-        ep.device = DSP_DEVICE_AUTO;
+    /* the CPU keeps K/V in F32 (default), F16 or BF16, and says which (CTest sets DSPARK_DEVICE=cpu:
+     * auto is the CPU here even on a GPU machine); an unknown type is refused */
+    const dsp_kv_type kvt[] = {DSP_KV_DEFAULT, DSP_KV_F32, DSP_KV_F16, DSP_KV_BF16};
+    const char *kvn[] = {"K/V f32", "K/V f32", "K/V f16", "K/V bf16"};
+    for (int i = 0; i < 4; i++) {
+        ep = dsp_engine_default_params();
+        ep.device = DSP_DEVICE_CPU, ep.kv_type = kvt[i], ep.n_ctx = 256;
         CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_OK);
-        CHECK(e && !strncmp(dsp_engine_backend(e), "cpu", 3));
+        CHECK_MSG(e && strstr(dsp_engine_backend(e), kvn[i]), "kv type %d: backend \"%s\"", i, e ? dsp_engine_backend(e) : "");
         dsp_engine_destroy(e);
         e = NULL;
     }
@@ -347,6 +350,14 @@ static void test_batch_invariance(void) {
     CHECK_EQ_INT(st.kv_blocks_used, 0);
     CHECK(dsp_engine_idle(e));
     dsp_engine_destroy(e);
+}
+
+/* the same with K/V in F16: rounding when written changes the values, never their independence from
+ * the batch */
+static void test_batch_invariance_f16(void) {
+    g_kv_type = DSP_KV_F16;
+    test_batch_invariance();
+    g_kv_type = DSP_KV_DEFAULT;
 }
 
 static void test_cancel_prefill_and_decode(void) {
@@ -494,6 +505,7 @@ int main(void) {
     DSP_RUN(test_stop_and_cancel);
     DSP_RUN(test_bad_input);
     DSP_RUN(test_batch_invariance);
+    DSP_RUN(test_batch_invariance_f16);
     DSP_RUN(test_cancel_prefill_and_decode);
     DSP_RUN(test_kv_pressure);
     DSP_RUN(test_no_leaks);

@@ -394,13 +394,17 @@ static void test_small(void) {
 }
 
 /* dots / axpys (attention over a chunk of keys): each table's bits equal its own dot and axpy called
- * key by key, for head sizes on and off its vector paths and chunks of every length up to 11 */
+ * key by key, for head sizes on and off its vector paths and chunks of every length up to 11; and
+ * dots16 / axpys16 over f16 and bf16 rows equal dots / axpys over the same rows widened */
 static void test_attention_chunks(void) {
     const int64_t lens[] = {8, 40, 64, 96, 128, 136, 256};
     enum { MAXT = 11, MAXN = 256 };
     float *keys = xalloc(sizeof(float) * MAXT * MAXN), *q = xalloc(sizeof(float) * MAXN), *p = xalloc(sizeof(float) * MAXT);
     float *o1 = xalloc(sizeof(float) * MAXN), *o2 = xalloc(sizeof(float) * MAXN), *s1 = xalloc(sizeof(float) * MAXT), *s2 = xalloc(sizeof(float) * MAXT);
-    const float *rows[MAXT];
+    const float *rows[MAXT], *wrows[MAXT];
+    uint16_t *keys16 = xalloc(sizeof(uint16_t) * MAXT * MAXN);
+    float *wide = xalloc(sizeof(float) * MAXT * MAXN);
+    const uint16_t *rows16[MAXT];
     for (int t = 0; t < g_n_tables; t++) {
         const dsp_cpu_ops *o = g_tables[t];
         for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
@@ -418,10 +422,27 @@ static void test_attention_chunks(void) {
                 o->axpys(o2, p, rows, nt, n);
                 for (int k = 0; k < nt; k++) o->axpy(o1, p[k], rows[k], n);
                 CHECK_MSG(!memcmp(o1, o2, sizeof(float) * (size_t)n), "%s axpys n=%lld nt=%d != axpy per key", o->name, (long long)n, nt);
+                /* 16-bit K/V rows (f16, bf16): the f32 kernels' bits on the rows widened */
+                for (int bf = 0; bf < 2; bf++) {
+                    for (int64_t i = 0; i < MAXT * MAXN; i++) {
+                        keys16[i] = bf ? dsp_f32_to_bf16(keys[i]) : dsp_f32_to_f16(keys[i]);
+                        wide[i] = bf ? dsp_bf16_to_f32(keys16[i]) : dsp_f16_to_f32(keys16[i]);
+                    }
+                    for (int k = 0; k < nt; k++) rows16[k] = keys16 + (rows[k] - keys), wrows[k] = wide + (rows[k] - keys);
+                    o->dots(q, wrows, nt, n, 0.125f, s1);
+                    o->dots16(q, rows16, nt, n, 0.125f, s2, bf);
+                    CHECK_MSG(!memcmp(s1, s2, sizeof(float) * (size_t)nt), "%s dots16 (%s) n=%lld nt=%d != dots of the widened rows", o->name,
+                              bf ? "bf16" : "f16", (long long)n, nt);
+                    for (int64_t i = 0; i < n; i++) o2[i] = o1[i];
+                    o->axpys(o1, p, wrows, nt, n);
+                    o->axpys16(o2, p, rows16, nt, n, bf);
+                    CHECK_MSG(!memcmp(o1, o2, sizeof(float) * (size_t)n), "%s axpys16 (%s) n=%lld nt=%d != axpys of the widened rows",
+                              o->name, bf ? "bf16" : "f16", (long long)n, nt);
+                }
             }
         }
     }
-    free(keys), free(q), free(p), free(o1), free(o2), free(s1), free(s2);
+    free(keys), free(q), free(p), free(o1), free(o2), free(s1), free(s2), free(keys16), free(wide);
 }
 
 static void test_selection(void) {

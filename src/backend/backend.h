@@ -49,7 +49,8 @@ typedef struct dsp_backend_params {
     int gpu;                /* CUDA device index */
     bool progress;          /* weight upload progress on stderr */
     int kv_type;            /* K/V element type in the store (dsp_dtype): 0 = the backend's default (CPU F32,
-                             * CUDA F16); CUDA takes DSP_F16 or DSP_BF16 (--kv-type) */
+                             * CUDA F16); the CPU takes DSP_F32, DSP_F16 or DSP_BF16, CUDA DSP_F16 or
+                             * DSP_BF16 (--kv-type) */
     bool f32_activations;   /* CPU: f32 activations for every matmul (dsp_precision F32); default: 8-bit
                              * activations for the quantized types ops.h lists */
 } dsp_backend_params;

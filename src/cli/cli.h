@@ -50,7 +50,8 @@ bool dsp_cli_parse_draft_vocab(const char *s, int32_t *out);
     "  -t, --threads N         CPU threads (default: physical cores)\n"                                         \
     "      --device D          auto (default: the GPU when there is one and the model fits, else the CPU),\n" \
     "                          cpu or cuda (the GPU; --gpu N picks one); DSPARK_DEVICE=cpu|cuda overrides\n"  \
-    "      --kv-type T         KV cache element type on the GPU: f16 (default) or bf16 (F32's range)\n"       \
+    "      --kv-type T         KV cache element type: f32 (CPU only, its default), f16 (the GPU's default;\n" \
+    "                          half the memory) or bf16 (F32's range)\n"                                   \
     "      --batch-tokens N    tokens per forward, also the prefill chunk (default 512)\n"                      \
     "      --prefill-itl X     next to decoding requests, a round with a prefill chunk costs at most X times\n" \
     "                          their rounds alone (default 1.5; lower: smoother streams, slower prefill)\n"   \

@@ -12,7 +12,7 @@
  *             logits for every row (what verifying k drafted tokens costs), relative to k = 0;
  *   batched   B independent sequences (128-token prefixes) decoding one token each per forward,
  *             B = 1, 2, 4, .. 32: total tok/s.
- * --backend cpu|cuda|auto chooses where everything runs (--gpu N; --kv-type f16|bf16 on the GPU, for
+ * --backend cpu|cuda|auto chooses where everything runs (--gpu N; --kv-type f16|bf16|f32, for
  * the forward figures and the engine's).
  * Stamped with the CPU (and GPU), the kernel ISA in use, threads, git commit, peak RSS, the memory
  * bandwidth of a streaming read test (of device memory for CUDA) and the decode roofline: bytes one
@@ -68,7 +68,7 @@ static void usage(FILE *f) {
             "      --bw-mb N        buffer of the bandwidth test in MiB (default 1024, 4096 on a GPU; 0 = skip)\n"
             "      --backend B      where the forward runs: auto|cpu|cuda (default auto: the GPU when there is one, else the CPU)\n"
             "      --gpu N          CUDA device (default 0)\n"
-            "      --kv-type T      K/V element type on the GPU: f16|bf16 (default f16)\n"
+            "      --kv-type T      K/V element type: f16|bf16|f32 (default f32 on the CPU, f16 on the GPU)\n"
             "      --precision P    CPU matmuls: q8 (default, 8-bit activations) or f32\n"
             "      --no-verify      skip the verify curve\n"
             "      --no-prefill     skip the prefill figure\n"
@@ -330,7 +330,7 @@ static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const char 
     cp.draft_model = draft_model;
     cp.draft_vocab = g_draft_vocab;
     cp.precision = bp->f32_activations ? DSP_PRECISION_F32 : DSP_PRECISION_Q8;
-    if (cp.device == DSP_DEVICE_CUDA) cp.kv_type = bp->kv_type == DSP_BF16 ? DSP_KV_BF16 : bp->kv_type == DSP_F16 ? DSP_KV_F16 : DSP_KV_DEFAULT;
+    cp.kv_type = bp->kv_type == DSP_BF16 ? DSP_KV_BF16 : bp->kv_type == DSP_F16 ? DSP_KV_F16 : bp->kv_type == DSP_F32 ? DSP_KV_F32 : DSP_KV_DEFAULT;
     dsp_engine *c = NULL;
     int32_t *ids = NULL;
     int rc = 1;
@@ -489,8 +489,9 @@ int dsp_cmd_benchmark(int argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(v, "f16")) bp.kv_type = DSP_F16;
             else if (!strcmp(v, "bf16")) bp.kv_type = DSP_BF16;
+            else if (!strcmp(v, "f32")) bp.kv_type = DSP_F32;
             else {
-                fprintf(stderr, "dspark benchmark: --kv-type: '%s' is not f16 or bf16\n", v);
+                fprintf(stderr, "dspark benchmark: --kv-type: '%s' is not f16, bf16 or f32\n", v);
                 return 2;
             }
         }
@@ -615,7 +616,8 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     double bw = 0;
     if (bw_mb) bw = gpu && be->ops->read_bandwidth ? be->ops->read_bandwidth(be, (size_t)bw_mb << 20) : mem_bandwidth((size_t)bw_mb, threads);
     /* a decode step at the middle of the forward-decode run reads the weights and that much K/V */
-    uint64_t wbytes = weight_bytes_per_token(m), kvbytes = kv_bytes_per_token(m, VERIFY_PREFIX + DECODE_TOKENS / 2, gpu ? 2 : 4);
+    uint64_t wbytes = weight_bytes_per_token(m), kvbytes = kv_bytes_per_token(m, VERIFY_PREFIX + DECODE_TOKENS / 2,
+                                                                    gpu || bp.kv_type == DSP_F16 || bp.kv_type == DSP_BF16 ? 2 : 4);
     double roof = bw > 0 ? bw * 1e9 / (double)(wbytes + kvbytes) : 0;
 
     char cpu[256];

@@ -317,8 +317,9 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
         const char *t = argv[++*i];
         if (!strcmp(t, "f16")) cp->kv_type = DSP_KV_F16;
         else if (!strcmp(t, "bf16")) cp->kv_type = DSP_KV_BF16;
+        else if (!strcmp(t, "f32")) cp->kv_type = DSP_KV_F32;
         else {
-            fprintf(stderr, "dspark: --kv-type: '%s' is not f16 or bf16\n", t);
+            fprintf(stderr, "dspark: --kv-type: '%s' is not f16, bf16 or f32\n", t);
             return 2;
         }
     } else if (!strcmp(a, "--precision")) {

@@ -82,6 +82,14 @@ static inline uint16_t dsp_f32_to_f16(float f) {
     return (uint16_t)(sign | h);
 }
 
+/* f32 -> bf16, rounded to nearest even; NaN stays a (quiet) NaN */
+static inline uint16_t dsp_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
 static inline float dsp_bf16_to_f32(uint16_t b) {
     uint32_t bits = (uint32_t)b << 16;
     float f;

@@ -72,6 +72,7 @@ const char *dsp_kv_type_to_string(dsp_kv_type t) {
     case DSP_KV_DEFAULT: return "default";
     case DSP_KV_F16: return "f16";
     case DSP_KV_BF16: return "bf16";
+    case DSP_KV_F32: return "f32";
     }
     return "unknown";
 }
@@ -157,7 +158,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
         return dsp_error(DSP_ERR_INVALID_ARG, "batch_tokens must be between 1 and 65536 (got %d)", p.batch_tokens);
     if (p.device != DSP_DEVICE_AUTO && p.device != DSP_DEVICE_CPU && p.device != DSP_DEVICE_CUDA)
         return dsp_error(DSP_ERR_INVALID_ARG, "unknown device %d", (int)p.device);
-    if (p.kv_type != DSP_KV_DEFAULT && p.kv_type != DSP_KV_F16 && p.kv_type != DSP_KV_BF16)
+    if (p.kv_type != DSP_KV_DEFAULT && p.kv_type != DSP_KV_F16 && p.kv_type != DSP_KV_BF16 && p.kv_type != DSP_KV_F32)
         return dsp_error(DSP_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
     if (p.device == DSP_DEVICE_AUTO) { /* the GPU when there is one and the model fits, else the CPU */
         if (dsp_backend_auto_kind() == DSP_BACKEND_CUDA) {
@@ -168,14 +169,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
             DSP_LOGW("the GPU cannot run %s (%s): running on the CPU", m->path, dsp_last_error());
         }
         p.device = DSP_DEVICE_CPU;
-        if (p.kv_type != DSP_KV_DEFAULT) {
-            DSP_LOGI("K/V type %s is for the GPU: the CPU keeps K/V in F32", dsp_kv_type_to_string(p.kv_type));
-            p.kv_type = DSP_KV_DEFAULT;
-        }
     }
-    if (p.kv_type != DSP_KV_DEFAULT && p.device != DSP_DEVICE_CUDA)
-        return dsp_error(DSP_ERR_INVALID_ARG, "KV cache type %s: the CPU keeps K/V in F32 (the type is for device cuda)",
-                         dsp_kv_type_to_string(p.kv_type));
     if (p.prefill_itl != 0 && !(p.prefill_itl >= 1 && p.prefill_itl <= 100))
         return dsp_error(DSP_ERR_INVALID_ARG, "prefill_itl must be between 1 and 100 (got %g)", (double)p.prefill_itl);
     if (p.max_batch == 0) p.max_batch = 8;
@@ -192,7 +186,10 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     e->next_id = 1;
     _Static_assert((int)DSP_DEVICE_CPU == (int)DSP_BACKEND_CPU && (int)DSP_DEVICE_CUDA == (int)DSP_BACKEND_CUDA, "device = backend kind");
     dsp_backend_params bp = {.kind = (dsp_backend_kind)p.device, .n_threads = p.n_threads, .gpu = p.gpu, .progress = p.progress,
-                             .kv_type = p.kv_type == DSP_KV_F16 ? DSP_F16 : p.kv_type == DSP_KV_BF16 ? DSP_BF16 : 0,
+                             .kv_type = p.kv_type == DSP_KV_F16    ? DSP_F16
+                                        : p.kv_type == DSP_KV_BF16 ? DSP_BF16
+                                        : p.kv_type == DSP_KV_F32  ? DSP_F32
+                                                                   : 0,
                              .f32_activations = p.precision == DSP_PRECISION_F32};
     dsp_status st = dsp_backend_create(&bp, &e->be);
     if (st) {
@@ -209,7 +206,8 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     /* context and KV pool (the GPU stores K/V in 16 bits) */
     const dsp_hparams *hp = &m->hp;
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (uint32_t)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    const uint64_t kv_elem = e->be->kind == DSP_BACKEND_CUDA ? 2 : sizeof(float);
+    const bool kv16 = p.kv_type == DSP_KV_F16 || p.kv_type == DSP_KV_BF16;
+    const uint64_t kv_elem = e->be->kind == DSP_BACKEND_CPU && !kv16 ? sizeof(float) : 2;
     uint64_t per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * kv_elem;
     per_token += dsp_engine_draft_kv_bytes(e->bd);
     uint64_t kv_tokens = p.kv_tokens;

@@ -2,8 +2,10 @@
  *
  * Buffers are 64-byte aligned host arrays; a matrix weight is the mmapped tensor itself (never
  * copied); a vector weight that is not f32 (a bf16 norm of a Hugging Face checkpoint) is widened
- * to f32 once, at creation. The KV store is f32: (n_layers, n_blocks, block_tokens, kv_dim) for K
- * and for V.
+ * to f32 once, at creation. The KV store is (n_layers, n_blocks, block_tokens, kv_dim) for K and
+ * for V, of F32 (the default), F16 or BF16 (backend params kv_type; --kv-type):
+ * rows are rounded to the type when written and widened exactly when attention reads them
+ * (ops.h dots16/axpys16), so a row's bits still depend on nothing but its own inputs.
  *
  * Matmuls with quantized weights of the types dsp_cpu_q8_type() lists take 8-bit activations
  * (ops.h, "q8 block order") unless the backend was made with f32_activations: a matmul call
@@ -44,7 +46,9 @@ struct dsp_bweight {
 struct dsp_kv_store {
     int n_layers, kv_dim, block_tokens;
     uint32_t n_blocks;
-    float *k, *v;
+    int kind;   /* element type: 0 f32, 1 f16, 2 bf16 (kv_load's kinds in simd_impl.h) */
+    size_t esz; /* bytes per element */
+    uint8_t *k, *v;
 };
 
 typedef struct cpu_backend {
@@ -56,6 +60,7 @@ typedef struct cpu_backend {
     float *wrow;             /* (n_threads, DSP_CPU_MM_ROWS, mm_stride(max_width)) */
     size_t wrow_per_thread;
     bool q8;                 /* 8-bit activations for the q8 weight types */
+    int kv_kind;             /* K/V element type of the stores it creates (dsp_kv_store.kind) */
     uint8_t *xq;             /* (max_tokens, q8 row of max_width): the current matmul input, quantized */
     size_t xq_row;           /* dsp_cpu_q8_row_bytes(max_width) */
     float *scores;           /* (n_threads, ATT_TOKENS * max_group, max_keys) */
@@ -78,6 +83,11 @@ typedef struct cpu_backend {
 #define ATT_TOKENS 32
 #define ATT_TOKENS_MIN 4
 #define ATT_KEYS 8
+/* keys per chunk for blocks of at most ATT_FEW_ROWS rows (decode, short verify blocks): the L1 sets
+ * are no concern with so few rows, and a longer chunk spreads each call's fixed costs (the output
+ * row's loads and stores in axpys, the call itself) over more keys. Chunking never changes a bit. */
+#define ATT_FEW_ROWS 4
+#define ATT_KEYS_FEW 32
 
 static cpu_backend *cpu(dsp_backend *be) { return (cpu_backend *)be; }
 
@@ -185,7 +195,8 @@ static void cpu_weight_destroy(dsp_backend *be, dsp_bweight *w) {
 }
 
 static dsp_status cpu_kv_create(dsp_backend *be, int n_layers, int kv_dim, int block_tokens, uint32_t n_blocks, dsp_kv_store **out) {
-    (void)be;
+    const int kind = cpu(be)->kv_kind;
+    const size_t esz = kind ? 2 : sizeof(float);
     *out = NULL;
     if (n_layers <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_blocks == 0)
         return dsp_error(DSP_ERR_INVALID_ARG, "kv store: bad shape (layers %d, kv_dim %d, block %d, blocks %u)", n_layers, kv_dim,
@@ -198,11 +209,12 @@ static dsp_status cpu_kv_create(dsp_backend *be, int n_layers, int kv_dim, int b
     dsp_kv_store *kv = calloc(1, sizeof *kv);
     if (!kv) return dsp_error(DSP_ERR_NOMEM, "no memory");
     kv->n_layers = n_layers, kv->kv_dim = kv_dim, kv->block_tokens = block_tokens, kv->n_blocks = n_blocks;
-    kv->k = calloc(elems, sizeof(float));
-    kv->v = calloc(elems, sizeof(float));
+    kv->kind = kind, kv->esz = esz;
+    kv->k = calloc(elems, esz);
+    kv->v = calloc(elems, esz);
     if (!kv->k || !kv->v) {
         free(kv->k), free(kv->v), free(kv);
-        return dsp_error(DSP_ERR_NOMEM, "kv store: cannot allocate %" PRIu64 " MiB", (uint64_t)(2 * elems * sizeof(float)) >> 20);
+        return dsp_error(DSP_ERR_NOMEM, "kv store: cannot allocate %" PRIu64 " MiB", (uint64_t)(2 * elems * esz) >> 20);
     }
     *out = kv;
     return DSP_OK;
@@ -214,8 +226,9 @@ static void cpu_kv_destroy(dsp_backend *be, dsp_kv_store *kv) {
     free(kv->k), free(kv->v), free(kv);
 }
 
+/* byte offset of row t of a block of a layer */
 static inline size_t kv_off(const dsp_kv_store *kv, int layer, uint32_t block, uint32_t t) {
-    return (((size_t)layer * kv->n_blocks + block) * (size_t)kv->block_tokens + t) * (size_t)kv->kv_dim;
+    return (((size_t)layer * kv->n_blocks + block) * (size_t)kv->block_tokens + t) * (size_t)kv->kv_dim * kv->esz;
 }
 
 static inline size_t kv_pos_off(const dsp_kv_store *kv, const dsp_kv_seq *s, int layer, uint32_t pos) {
@@ -225,7 +238,7 @@ static inline size_t kv_pos_off(const dsp_kv_store *kv, const dsp_kv_seq *s, int
 
 static dsp_status cpu_kv_copy_block(dsp_backend *be, dsp_kv_store *kv, uint32_t dst, uint32_t src) {
     (void)be;
-    size_t blk = (size_t)kv->block_tokens * (size_t)kv->kv_dim * sizeof(float);
+    size_t blk = (size_t)kv->block_tokens * (size_t)kv->kv_dim * kv->esz;
     for (int l = 0; l < kv->n_layers; l++) {
         memcpy(kv->k + kv_off(kv, l, dst, 0), kv->k + kv_off(kv, l, src, 0), blk);
         memcpy(kv->v + kv_off(kv, l, dst, 0), kv->v + kv_off(kv, l, src, 0), blk);
@@ -436,14 +449,23 @@ static void cpu_norm_rope(dsp_backend *be, dsp_buf *x, const dsp_bweight *norm, 
     }
 }
 
+/* one row into the store's type: f32 copied, f16/bf16 rounded to nearest even */
+static void kv_put(const dsp_kv_store *kv, uint8_t *dst, const float *src) {
+    if (!kv->kind) {
+        memcpy(dst, src, (size_t)kv->kv_dim * sizeof(float));
+        return;
+    }
+    uint16_t *h = (uint16_t *)dst;
+    for (int e = 0; e < kv->kv_dim; e++) h[e] = kv->kind == 1 ? dsp_f32_to_f16(src[e]) : dsp_f32_to_bf16(src[e]);
+}
+
 static void cpu_kv_write(dsp_backend *be, dsp_kv_store *kv, int layer, const dsp_buf *k, const dsp_buf *v) {
     const dsp_be_batch *b = cpu(be)->b;
-    size_t row = (size_t)kv->kv_dim * sizeof(float);
     for (int i = 0; i < b->n_tokens; i++) {
         const dsp_kv_seq *s = b->seqs[b->seq[i]];
         size_t o = kv_pos_off(kv, s, layer, (uint32_t)b->pos[i]);
-        memcpy(kv->k + o, k->data + (size_t)i * kv->kv_dim, row);
-        memcpy(kv->v + o, v->data + (size_t)i * kv->kv_dim, row);
+        kv_put(kv, kv->k + o, k->data + (size_t)i * kv->kv_dim);
+        kv_put(kv, kv->v + o, v->data + (size_t)i * kv->kv_dim);
     }
 }
 
@@ -457,11 +479,23 @@ typedef struct att_job {
     int heads; /* query heads per task: a KV group (n_head / n_head_kv), or 1 when blocks are few */
 } att_job;
 
-/* the rows of keys (or values: base) t0 .. t0 + n - 1 of s at column col, n = min(ATT_KEYS, what is left) */
-static uint32_t att_chunk(const float *base, const dsp_kv_store *kv, const dsp_kv_seq *s, int layer, uint32_t t0, uint32_t max_keys,
-                          size_t col, const float **row) {
-    const uint32_t n = max_keys - t0 < ATT_KEYS ? max_keys - t0 : ATT_KEYS;
-    for (uint32_t t = 0; t < n; t++) row[t] = base + kv_pos_off(kv, s, layer, t0 + t) + col;
+/* the rows of keys (or values: base) t0 .. t0 + n - 1 of s from element col, n = min(ck, what is
+ * left): consecutive positions are consecutive rows of a block, so one block lookup per block */
+static uint32_t att_chunk(const uint8_t *base, const dsp_kv_store *kv, const dsp_kv_seq *s, int layer, uint32_t t0, uint32_t max_keys,
+                          uint32_t ck, size_t col, const void **row) {
+    const uint32_t n = max_keys - t0 < ck ? max_keys - t0 : ck, bt = (uint32_t)kv->block_tokens;
+    const size_t rs = (size_t)kv->kv_dim * kv->esz, c = col * kv->esz;
+    uint32_t blk = t0 / bt, r = t0 % bt;
+    const uint8_t *p = base + kv_off(kv, layer, s->blocks[blk], r) + c;
+    for (uint32_t t = 0; t < n; t++) {
+        row[t] = p;
+        if (++r < bt) {
+            p += rs;
+        } else if (t + 1 < n) {
+            r = 0;
+            p = base + kv_off(kv, layer, s->blocks[++blk], 0) + c;
+        }
+    }
     return n;
 }
 
@@ -493,14 +527,19 @@ static void att_task(void *ctx, int task, int thread) {
     for (int i = i0; i < i1; i++)
         if ((uint32_t)b->n_keys[i] > max_keys) max_keys = (uint32_t)b->n_keys[i];
     float *sc = c->scores + (size_t)thread * c->scores_per_thread; /* row (i - i0) * grp + g */
-    const float *row[ATT_KEYS]; /* the chunk's key (then value) rows, L1-resident while the block's rows use them */
-    for (uint32_t t0 = 0; t0 < max_keys; t0 += ATT_KEYS) {
-        const uint32_t nt = att_chunk(kv->k, kv, s, j->layer, t0, max_keys, (size_t)kvh * hd, row);
+    const void *row[ATT_KEYS_FEW]; /* the chunk's key (then value) rows, L1-resident while the block's rows use them */
+    const int kind = kv->kind;
+    const uint32_t ck = i1 - i0 <= ATT_FEW_ROWS ? ATT_KEYS_FEW : ATT_KEYS;
+    for (uint32_t t0 = 0; t0 < max_keys; t0 += ck) {
+        const uint32_t nt = att_chunk(kv->k, kv, s, j->layer, t0, max_keys, ck, (size_t)kvh * hd, row);
         for (int i = i0; i < i1; i++) {
             const int n = att_span(b, i, t0, nt);
             const float *q = j->q + (size_t)i * q_dim + (size_t)kvh * grp * hd;
             float *si = sc + (size_t)(i - i0) * grp * stride + t0;
-            for (int g = g0; g < g1 && n > 0; g++) ops->dots(q + (size_t)g * hd, row, n, hd, j->scale, si + (size_t)g * stride);
+            for (int g = g0; g < g1 && n > 0; g++) {
+                if (kind) ops->dots16(q + (size_t)g * hd, (const uint16_t *const *)row, n, hd, j->scale, si + (size_t)g * stride, kind == 2);
+                else ops->dots(q + (size_t)g * hd, (const float *const *)row, n, hd, j->scale, si + (size_t)g * stride);
+            }
         }
     }
     for (int i = i0; i < i1; i++) {
@@ -508,13 +547,16 @@ static void att_task(void *ctx, int task, int thread) {
         for (int g = g0; g < g1; g++) ops->softmax(si + (size_t)g * stride, (uint32_t)b->n_keys[i]);
         memset(j->out + (size_t)i * q_dim + (size_t)(kvh * grp + g0) * hd, 0, (size_t)(g1 - g0) * hd * sizeof(float));
     }
-    for (uint32_t t0 = 0; t0 < max_keys; t0 += ATT_KEYS) {
-        const uint32_t nt = att_chunk(kv->v, kv, s, j->layer, t0, max_keys, (size_t)kvh * hd, row);
+    for (uint32_t t0 = 0; t0 < max_keys; t0 += ck) {
+        const uint32_t nt = att_chunk(kv->v, kv, s, j->layer, t0, max_keys, ck, (size_t)kvh * hd, row);
         for (int i = i0; i < i1; i++) {
             const int n = att_span(b, i, t0, nt);
             float *o = j->out + (size_t)i * q_dim + (size_t)kvh * grp * hd;
             const float *si = sc + (size_t)(i - i0) * grp * stride + t0;
-            for (int g = g0; g < g1 && n > 0; g++) ops->axpys(o + (size_t)g * hd, si + (size_t)g * stride, row, n, hd);
+            for (int g = g0; g < g1 && n > 0; g++) {
+                if (kind) ops->axpys16(o + (size_t)g * hd, si + (size_t)g * stride, (const uint16_t *const *)row, n, hd, kind == 2);
+                else ops->axpys(o + (size_t)g * hd, si + (size_t)g * stride, (const float *const *)row, n, hd);
+            }
         }
     }
 }
@@ -599,6 +641,12 @@ dsp_status dsp_backend_cpu_create(const dsp_backend_params *p, dsp_backend **out
     c->base.kind = DSP_BACKEND_CPU;
     c->ops = dsp_cpu_ops_best();
     c->q8 = !(p && p->f32_activations);
+    const int kvt = p && p->kv_type ? p->kv_type : DSP_F32;
+    if (kvt != DSP_F32 && kvt != DSP_F16 && kvt != DSP_BF16) {
+        free(c);
+        return dsp_error(DSP_ERR_UNSUPPORTED, "K/V type %s: the CPU keeps K/V in F32, F16 or BF16", dsp_dtype_name((uint32_t)kvt) ? dsp_dtype_name((uint32_t)kvt) : "unknown");
+    }
+    c->kv_kind = kvt == DSP_F16 ? 1 : kvt == DSP_BF16 ? 2 : 0;
     int nt = p && p->n_threads > 0 ? p->n_threads : dsp_physical_cores();
     dsp_status st = dsp_pool_create(nt, &c->pool);
     if (st) {
@@ -606,8 +654,8 @@ dsp_status dsp_backend_cpu_create(const dsp_backend_params *p, dsp_backend **out
         return st;
     }
     c->n_threads = dsp_pool_size(c->pool);
-    snprintf(c->base.desc, sizeof c->base.desc, "cpu %s, %d thread%s, %s activations", c->ops->name, c->n_threads, c->n_threads == 1 ? "" : "s",
-             c->q8 ? "8-bit" : "f32");
+    snprintf(c->base.desc, sizeof c->base.desc, "cpu %s, %d thread%s, %s activations, K/V %s", c->ops->name, c->n_threads,
+             c->n_threads == 1 ? "" : "s", c->q8 ? "8-bit" : "f32", c->kv_kind == 1 ? "f16" : c->kv_kind == 2 ? "bf16" : "f32");
     *out = &c->base;
     return DSP_OK;
 }

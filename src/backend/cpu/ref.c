@@ -216,7 +216,20 @@ static void ref_axpys(float *o, const float *p, const float *const *rows, int nt
     for (int t = 0; t < nt; t++) dsp_cpu_axpy(o, p[t], rows[t], n);
 }
 
+/* 16-bit rows: widen each row, then the f32 definition */
+static void ref_dots16(const float *q, const uint16_t *const *rows, int nt, int64_t n, float scale, float *out, int bf16) {
+    float row[DSP_CPU_ATT_MAX_DIM];
+    for (int t = 0; t < nt; t++) {
+        for (int64_t i = 0; i < n; i++) row[i] = dsp_cpu_kv16(rows[t][i], bf16);
+        out[t] = dsp_cpu_dot_f32(q, row, n) * scale;
+    }
+}
+static void ref_axpys16(float *o, const float *p, const uint16_t *const *rows, int nt, int64_t n, int bf16) {
+    for (int t = 0; t < nt; t++)
+        for (int64_t i = 0; i < n; i++) o[i] = fmaf(p[t], dsp_cpu_kv16(rows[t][i], bf16), o[i]);
+}
+
 const dsp_cpu_ops dsp_cpu_ops_scalar = {
     "scalar", dsp_cpu_ref_matmul, dsp_cpu_ref_matmul_q8, dsp_cpu_quantize_q8, ref_dequant_row, dsp_cpu_dot_f32, dsp_cpu_rmsnorm,
-    dsp_cpu_softmax, dsp_cpu_swiglu, dsp_cpu_rope, dsp_cpu_axpy, ref_dots, ref_axpys, dsp_cpu_argmax,
+    dsp_cpu_softmax, dsp_cpu_swiglu, dsp_cpu_rope, dsp_cpu_axpy, ref_dots, ref_axpys, ref_dots16, ref_axpys16, dsp_cpu_argmax,
 };

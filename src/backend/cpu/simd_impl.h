@@ -685,7 +685,22 @@ static void k_axpy(float *y, float a, const float *x, int64_t n) {
  * the output row stays in registers for the whole chunk (axpy loads and stores it once per key),
  * each element still fma(p[t], v, o) in key order. */
 #define DOTS_KEYS (VW == 16 ? 4 : 2)
-static void k_dots(const float *q, const float *const *rows, int nt, int64_t n, float scale, float *out) {
+/* K/V rows as stored, kind 0: f32, 1: f16, 2: bf16; the VW values at element i widened (exactly) */
+AI vf kv_load(const void *row, int64_t i, const int kind) {
+    if (kind == 0) return vload((const float *)row + i);
+    const uint16_t *h = (const uint16_t *)row + i;
+#if VW == 16
+    const __m256i r = _mm256_loadu_si256((const __m256i *)h);
+    return kind == 1 ? _mm512_cvtph_ps(r) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(r), 16));
+#else
+    const __m128i r = _mm_loadu_si128((const __m128i *)h);
+    return kind == 1 ? _mm256_cvtph_ps(r) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(r), 16));
+#endif
+}
+AI float kv_elem(const void *row, int64_t i, const int kind) {
+    return kind == 0 ? ((const float *)row)[i] : dsp_cpu_kv16(((const uint16_t *)row)[i], kind == 2);
+}
+AI void dots_impl(const float *q, const void *const *rows, int nt, int64_t n, float scale, float *out, const int kind) {
     int t = 0;
     if (n % 32 == 0)
         for (; t + DOTS_KEYS <= nt; t += DOTS_KEYS) {
@@ -695,29 +710,51 @@ static void k_dots(const float *q, const float *const *rows, int nt, int64_t n, 
             for (int64_t s = 0; s < n / 32; s++)
                 for (int g = 0; g < NG; g++) {
                     const vf qv = vload(q + 32 * s + VW * g);
-                    for (int k = 0; k < DOTS_KEYS; k++) acc[k][g] = vfma(qv, vload(rows[t + k] + 32 * s + VW * g), acc[k][g]);
+                    for (int k = 0; k < DOTS_KEYS; k++) acc[k][g] = vfma(qv, kv_load(rows[t + k], 32 * s + VW * g, kind), acc[k][g]);
                 }
             for (int k = 0; k < DOTS_KEYS; k++) out[t + k] = hsum8(to8(acc[k])) * scale;
         }
-    for (; t < nt; t++) out[t] = k_dot(q, rows[t], n) * scale;
+    for (; t < nt; t++) {
+        if (kind == 0) {
+            out[t] = k_dot(q, (const float *)rows[t], n) * scale;
+        } else {
+            float row[DSP_CPU_ATT_MAX_DIM];
+            for (int64_t i = 0; i < n; i++) row[i] = kv_elem(rows[t], i, kind);
+            out[t] = k_dot(q, row, n) * scale;
+        }
+    }
+}
+static void k_dots(const float *q, const float *const *rows, int nt, int64_t n, float scale, float *out) {
+    dots_impl(q, (const void *const *)rows, nt, n, scale, out, 0);
+}
+static void k_dots16(const float *q, const uint16_t *const *rows, int nt, int64_t n, float scale, float *out, int bf16) {
+    if (bf16) dots_impl(q, (const void *const *)rows, nt, n, scale, out, 2);
+    else dots_impl(q, (const void *const *)rows, nt, n, scale, out, 1);
 }
 
 #define AXPYS_VECS 8 /* output vectors held in registers per pass */
-AI void axpys_cols(float *o, const float *p, const float *const *rows, int nt, int64_t c0, const int NV) {
+AI void axpys_cols(float *o, const float *p, const void *const *rows, int nt, int64_t c0, const int NV, const int kind) {
     vf acc[AXPYS_VECS];
     for (int v = 0; v < NV; v++) acc[v] = vload(o + c0 + VW * v);
     for (int t = 0; t < nt; t++) {
         const vf va = vset1(p[t]);
-        for (int v = 0; v < NV; v++) acc[v] = vfma(va, vload(rows[t] + c0 + VW * v), acc[v]);
+        for (int v = 0; v < NV; v++) acc[v] = vfma(va, kv_load(rows[t], c0 + VW * v, kind), acc[v]);
     }
     for (int v = 0; v < NV; v++) vstore(o + c0 + VW * v, acc[v]);
 }
-static void k_axpys(float *o, const float *p, const float *const *rows, int nt, int64_t n) {
+AI void axpys_impl(float *o, const float *p, const void *const *rows, int nt, int64_t n, const int kind) {
     int64_t c0 = 0;
-    for (; c0 + AXPYS_VECS * VW <= n; c0 += AXPYS_VECS * VW) axpys_cols(o, p, rows, nt, c0, AXPYS_VECS);
-    for (; c0 + VW <= n; c0 += VW) axpys_cols(o, p, rows, nt, c0, 1);
+    for (; c0 + AXPYS_VECS * VW <= n; c0 += AXPYS_VECS * VW) axpys_cols(o, p, rows, nt, c0, AXPYS_VECS, kind);
+    for (; c0 + VW <= n; c0 += VW) axpys_cols(o, p, rows, nt, c0, 1, kind);
     for (int t = 0; t < nt && c0 < n; t++) /* the tail, as k_axpy's */
-        for (int64_t i = c0; i < n; i++) o[i] = fmaf(p[t], rows[t][i], o[i]);
+        for (int64_t i = c0; i < n; i++) o[i] = fmaf(p[t], kv_elem(rows[t], i, kind), o[i]);
+}
+static void k_axpys(float *o, const float *p, const float *const *rows, int nt, int64_t n) {
+    axpys_impl(o, p, (const void *const *)rows, nt, n, 0);
+}
+static void k_axpys16(float *o, const float *p, const uint16_t *const *rows, int nt, int64_t n, int bf16) {
+    if (bf16) axpys_impl(o, p, (const void *const *)rows, nt, n, 2);
+    else axpys_impl(o, p, (const void *const *)rows, nt, n, 1);
 }
 
 static int64_t k_argmax(const float *x, int64_t n) {
@@ -737,5 +774,5 @@ static int64_t k_argmax(const float *x, int64_t n) {
 
 const dsp_cpu_ops OPS_NAME = {
     ISA_NAME, k_matmul, k_matmul_q8, k_quantize_q8, k_dequant_row, k_dot, k_rmsnorm, k_softmax, k_swiglu, dsp_cpu_rope, k_axpy, k_dots, k_axpys,
-    k_argmax,
+    k_dots16, k_axpys16, k_argmax,
 };
