@@ -1,4 +1,5 @@
-/* bench_amx: a measured case for the next CPU arithmetic (not used by dspark yet).
+/* bench_amx: the measured case for the CPU's panel arithmetic (dspark now runs Q4_0 this way:
+ * src/backend/cpu/panel_impl.h; this probe stays as the stand-alone measurement).
  *
  *   bench_amx [--out N] [--json]
  *

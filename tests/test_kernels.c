@@ -445,6 +445,68 @@ static void test_attention_chunks(void) {
     free(keys), free(q), free(p), free(o1), free(o2), free(s1), free(s2), free(keys16), free(wide);
 }
 
+/* panel matmuls (ops.h "panel order", Q4_0): the oracle against double precision on the dequantized
+ * weights, then every table against the oracle bit for bit, for row counts on both sides of the
+ * vector pass (4 rows) and of AMX's 16-row groups (with AMX on and off where it runs), output counts
+ * that leave a partial panel, and row ranges as the backend's tasks split them */
+static void test_panels(void) {
+    const uint32_t type = DSP_Q4_0;
+    CHECK(dsp_cpu_panel_type(type) && !dsp_cpu_panel_type(DSP_Q4_1));
+    const int n_rows_list[] = {1, 2, 3, 4, 5, 9, 16, 17, 33, 40};
+    const int max_x = 40;
+    const int64_t ins[3] = {32, 576, 1024}, outs[3] = {5, 37, 64};
+    for (int ci = 0; ci < 3; ci++) {
+        const int64_t in = ins[ci], out = outs[ci];
+        const size_t rb = dsp_dtype_row_bytes(type, (uint64_t)in), qb = dsp_cpu_q8_row_bytes(in);
+        uint8_t *w = xalloc(rb * (size_t)out), *xq = xalloc(qb * (size_t)max_x), *pw = xalloc(dsp_cpu_panel_bytes(type, in, out));
+        float *x = xalloc(sizeof(float) * (size_t)(in * max_x)), *wd = xalloc(sizeof(float) * (size_t)(in * out));
+        float *yref = xalloc(sizeof(float) * (size_t)(out * max_x)), *yn = xalloc(sizeof(float) * (size_t)(out * max_x));
+        for (int64_t r = 0; r < out; r++) random_row(type, w + (size_t)r * rb, in);
+        random_acts(x, in * max_x);
+        for (int i = 0; i < max_x; i++) dsp_cpu_quantize_q8(x + i * in, in, xq + (size_t)i * qb);
+        dsp_cpu_make_panels(type, w, rb, in, out, pw);
+        dsp_cpu_ref_matmul_panel(type, pw, in, out, 0, out, xq, qb, max_x, yref, out);
+        const int64_t nbp = dsp_cpu_q8_nbp(in);
+        int bad = 0;
+        for (int64_t r = 0; r < out; r++) {
+            dsp_dequantize_row(type, w + (size_t)r * rb, wd, (uint64_t)in);
+            for (int i = 0; i < max_x; i++) {
+                const uint8_t *xr = xq + (size_t)i * qb;
+                double exact = 0, mag = 0;
+                for (int64_t k = 0; k < in; k++) {
+                    const double xv = (double)dsp_cpu_q8_d(xr, nbp)[2 * (k / 32)] * dsp_cpu_q8_qn(xr, nbp)[k];
+                    exact += (double)wd[k] * xv, mag += fabs((double)wd[k] * xv);
+                }
+                if (fabs((double)yref[i * out + r] - exact) > 1e-5 * mag + 1e-30) bad++;
+            }
+        }
+        CHECK_MSG(!bad, "panel oracle %lldx%lld: %d dots off the dequantized double-precision dot", (long long)out, (long long)in, bad);
+        for (int t = 0; t < g_n_tables; t++) {
+            const dsp_cpu_ops *o = g_tables[t];
+            for (int amx = 0; amx < 2; amx++) {
+                dsp_cpu_amx_override(amx);
+                if (amx && !dsp_cpu_amx_usable()) continue;
+                for (size_t ni = 0; ni < sizeof n_rows_list / sizeof *n_rows_list; ni++) {
+                    const int n = n_rows_list[ni];
+                    memset(yn, 0xff, sizeof(float) * (size_t)(out * max_x));
+                    /* two tasks: rows [0, 16) and [16, out) when out > 16, as guided_split cuts */
+                    const int64_t cut = out > 16 ? 16 : out;
+                    o->matmul_panel(type, pw, in, out, 0, cut, xq, qb, n, yn, out);
+                    if (cut < out) o->matmul_panel(type, pw, in, out, cut, out, xq, qb, n, yn, out);
+                    int bad1 = 0;
+                    for (int i = 0; i < n; i++)
+                        for (int64_t r = 0; r < out; r++) bad1 += memcmp(&yn[i * out + r], &yref[i * out + r], sizeof(float)) != 0;
+                    CHECK_MSG(!bad1, "%s panel matmul %lldx%lld, %d rows%s: %d outputs differ from the oracle", o->name, (long long)out, (long long)in, n,
+                              amx ? " (AMX)" : "", bad1);
+                }
+            }
+        }
+        dsp_cpu_amx_override(1);
+        free(w), free(xq), free(pw), free(x), free(wd), free(yref), free(yn);
+    }
+    printf("  AMX: %s\n", dsp_cpu_amx_usable() ? "used from 16 rows (tested)" : "not available here");
+}
+
 static void test_selection(void) {
     const dsp_cpu_ops *best = dsp_cpu_ops_best();
     CHECK(best != NULL);
@@ -471,5 +533,6 @@ int main(void) {
     DSP_RUN(test_q8_extremes);
     DSP_RUN(test_small);
     DSP_RUN(test_attention_chunks);
+    DSP_RUN(test_panels);
     return dsp_test_summary();
 }

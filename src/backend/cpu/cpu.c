@@ -3,12 +3,15 @@
  * A table is usable when the CPU reports its instructions (cpuid) AND the OS saves the registers
  * they use (xgetbv: XCR0 has the YMM state for AVX2, plus opmask/ZMM state for AVX-512). This file
  * is compiled without ISA flags, so it runs anywhere. */
+#define _GNU_SOURCE /* syscall */
 #include "backend/cpu/ops.h"
 
 #include <cpuid.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static uint64_t xgetbv0(void) {
     uint32_t lo, hi;
@@ -83,3 +86,27 @@ const dsp_cpu_ops *dsp_cpu_ops_best(void) {
     if (!o) chosen = o = choose(); /* idempotent: a race picks the same table twice */
     return o;
 }
+
+/* AMX-INT8 (Sapphire Rapids and later): the CPU reports AMX-TILE and AMX-INT8 (cpuid 7.0 EDX bits
+ * 24, 25) and Linux grants this process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, once;
+ * the grant is process-wide, so every pool thread may use the tiles). DSP_CPU_AMX=0 turns it off
+ * (the panel matmuls then take their vector path: the same bits). */
+static _Atomic int g_amx = -1;
+
+static int amx_detect(void) {
+    const char *e = getenv("DSP_CPU_AMX");
+    if (e && !strcmp(e, "0")) return 0;
+    if (!detect().avx512vnni || __get_cpuid_max(0, NULL) < 7) return 0;
+    unsigned a, b, c, d;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(d & (1u << 24)) || !(d & (1u << 25))) return 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+}
+
+int dsp_cpu_amx_usable(void) {
+    int v = g_amx;
+    if (v < 0) g_amx = v = amx_detect(); /* idempotent */
+    return v;
+}
+
+void dsp_cpu_amx_override(int on) { g_amx = on ? amx_detect() : 0; }

@@ -1,7 +1,8 @@
 /* backend/cpu/cpu_backend: the reference backend (backend.h) on the kernel table of ops.h.
  *
  * Buffers are 64-byte aligned host arrays; a matrix weight is the mmapped tensor itself (never
- * copied); a vector weight that is not f32 (a bf16 norm of a Hugging Face checkpoint) is widened
+ * copied), except that a panel type's matrix (Q4_0, ops.h "panel order") is repacked once into
+ * panels for the 8-bit-activation matmuls (the tensor stays for row reads); a vector weight that is not f32 (a bf16 norm of a Hugging Face checkpoint) is widened
  * to f32 once, at creation. The KV store is (n_layers, n_blocks, block_tokens, kv_dim) for K and
  * for V, of F32 (the default), F16 or BF16 (backend params kv_type; --kv-type):
  * rows are rounded to the type when written and widened exactly when attention reads them
@@ -41,6 +42,7 @@ struct dsp_bweight {
     uint32_t type;
     size_t row_bytes;   /* bytes per row of ne[0] elements */
     float *own;         /* f32 copy of a non-f32 vector */
+    void *panel;        /* a panel type's matrix repacked (ops.h "panel order"), with 8-bit activations */
 };
 
 struct dsp_kv_store {
@@ -155,7 +157,6 @@ static void cpu_buf_destroy(dsp_backend *be, dsp_buf *b) {
 }
 
 static dsp_status cpu_weight_create(dsp_backend *be, const dsp_tensor *t, dsp_bweight **out) {
-    (void)be;
     *out = NULL;
     const dsp_dtype_traits *tr = dsp_dtype_get(t->type);
     if (!tr || !tr->can_dequant)
@@ -182,6 +183,15 @@ static dsp_status cpu_weight_create(dsp_backend *be, const dsp_tensor *t, dsp_bw
         w->data = w->own;
         w->type = DSP_F32;
         w->row_bytes = t->ne[0] * sizeof(float);
+    } else if (!vector && cpu(be)->q8 && dsp_cpu_panel_type(t->type) && t->ne[0] % 32 == 0) {
+        /* repacked once; the tensor itself stays for anything that reads its rows (an embedding) */
+        const int64_t in = (int64_t)t->ne[0], n_out = (int64_t)(t->n_elems / t->ne[0]);
+        w->panel = alloc64(dsp_cpu_panel_bytes(t->type, in, n_out));
+        if (!w->panel) {
+            free(w);
+            return dsp_error(DSP_ERR_NOMEM, "tensor %.*s: no memory for its panels", (int)t->name.len, t->name.ptr);
+        }
+        dsp_cpu_make_panels(t->type, t->data, w->row_bytes, in, n_out, w->panel);
     }
     *out = w;
     return DSP_OK;
@@ -191,6 +201,7 @@ static void cpu_weight_destroy(dsp_backend *be, dsp_bweight *w) {
     (void)be;
     if (!w) return;
     free(w->own);
+    free(w->panel);
     free(w);
 }
 
@@ -368,13 +379,19 @@ static void mm_task(void *ctx, int task, int thread) {
         const int t = task - j->first_task[m], xb = t % j->x_blocks[m];
         const int64_t r0 = (int64_t)(t / j->x_blocks[m]) * Q8_TASK_W, r1 = r0 + Q8_TASK_W < out ? r0 + Q8_TASK_W : out;
         const int i0 = xb * Q8_TASK_X, ni = j->n_rows - i0 < Q8_TASK_X ? j->n_rows - i0 : Q8_TASK_X;
-        j->c->ops->matmul_q8(w->type, w->data, w->row_bytes, in, r0, r1, j->xq + (size_t)i0 * j->c->xq_row, j->c->xq_row, ni,
-                             j->y[m] + (size_t)i0 * (size_t)out, out);
+        if (w->panel)
+            j->c->ops->matmul_panel(w->type, w->panel, in, out, r0, r1, j->xq + (size_t)i0 * j->c->xq_row, j->c->xq_row, ni,
+                                    j->y[m] + (size_t)i0 * (size_t)out, out);
+        else
+            j->c->ops->matmul_q8(w->type, w->data, w->row_bytes, in, r0, r1, j->xq + (size_t)i0 * j->c->xq_row, j->c->xq_row, ni,
+                                 j->y[m] + (size_t)i0 * (size_t)out, out);
         return;
     }
     int64_t r0 = 0, r1 = 0;
     guided_split(out, j->c->n_threads, task - j->first_task[m], &r0, &r1);
-    if (j->xq && dsp_cpu_q8_type(w->type))
+    if (j->xq && w->panel)
+        j->c->ops->matmul_panel(w->type, w->panel, in, out, r0, r1, j->xq, j->c->xq_row, j->n_rows, j->y[m], out);
+    else if (j->xq && dsp_cpu_q8_type(w->type))
         j->c->ops->matmul_q8(w->type, w->data, w->row_bytes, in, r0, r1, j->xq, j->c->xq_row, j->n_rows, j->y[m], out);
     else
         j->c->ops->matmul(w->type, w->data, w->row_bytes, in, r0, r1, j->x, in, j->n_rows, j->y[m], out,

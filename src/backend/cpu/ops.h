@@ -114,10 +114,42 @@ static inline int dsp_cpu_q8_has_min(uint32_t type) { return type == DSP_Q4_1 ||
 typedef void (*dsp_cpu_matmul_q8_fn)(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1,
                                      const void *xq, size_t ldq, int n_x, float *y, int64_t ldy);
 
+/* ---- panel weights ("panel order"; Q4_0 so far) -----------------------------------------------
+ * A matrix of a panel type is repacked once, at load, into panels of DSP_CPU_PANEL output rows (the
+ * last one padded with zero rows), so that one vector holds 16 outputs and neither a decode row nor
+ * a prefill needs a horizontal sum, and AMX can take whole blocks (dsp_cpu_make_panels). Q4_0, per
+ * panel and 32-weight block b, in two regions:
+ *   uint8_t  nib[P][nb][256]  byte 64 r + 4 j + t (r < 4, row j < 16, t < 4) = byte 4 r + t of row j's
+ *                             qs, i.e. element 4 r + t (low nibble) and 16 + 4 r + t (high), unsigned
+ *   uint16_t d[P][nb][16]     row j's f16 scale
+ * which is also the layout of an AMX B tile (and of vpdpbusd lanes) once the nibbles are unpacked.
+ * The arithmetic, identical in every table and for any number of activation rows (the batch
+ * invariance of ops.h): with P_b = sum of q[e] * xq[e] over the block's 32 weights (exact int32;
+ * q = nibble - 8) and D_w the row's scale as a float,
+ *       y = +0;  y = fma(D_w * dx[b], (float)P_b, y)  for b = 0, 1, ..., nb - 1 in order.
+ * (One float chain per output, not ops.h's 16 lanes and tree, which a tile product cannot give.) */
+#define DSP_CPU_PANEL 16
+/* 1 if matmuls of this type run on panels (with 8-bit activations) */
+int dsp_cpu_panel_type(uint32_t type);
+size_t dsp_cpu_panel_bytes(uint32_t type, int64_t in, int64_t out);
+/* the panels of a row-major matrix (out rows of row_bytes) into dst (dsp_cpu_panel_bytes, 64-byte aligned) */
+void dsp_cpu_make_panels(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t out, void *dst);
+/* y[i*ldy + r] = panel dot of output r with q8 row i (xq + i*ldq), r in [r0, r1), i < n_x; r0 a
+ * multiple of DSP_CPU_PANEL, r1 one too or out */
+typedef void (*dsp_cpu_matmul_panel_fn)(uint32_t type, const void *pw, int64_t in, int64_t out, int64_t r0, int64_t r1, const void *xq,
+                                        size_t ldq, int n_x, float *y, int64_t ldy);
+void dsp_cpu_ref_matmul_panel(uint32_t type, const void *pw, int64_t in, int64_t out, int64_t r0, int64_t r1, const void *xq, size_t ldq,
+                              int n_x, float *y, int64_t ldy);
+/* 1 if AMX-INT8 can run here (the CPU has it and Linux granted the tile state; asked once) */
+int dsp_cpu_amx_usable(void);
+/* tests: 0 keeps the panel matmuls off AMX (their vector path), 1 lets them use it where it can run */
+void dsp_cpu_amx_override(int on);
+
 typedef struct dsp_cpu_ops {
     const char *name; /* "scalar", "avx2", "avx2vnni", "avx512", "avx512vnni" */
     dsp_cpu_matmul_fn matmul;
     dsp_cpu_matmul_q8_fn matmul_q8;
+    dsp_cpu_matmul_panel_fn matmul_panel;
     /* dst = the q8 row of x[0..n), n a multiple of 32 (layout above) */
     void (*quantize_q8)(const float *x, int64_t n, void *dst);
     /* dst[0..n) = row of `type` at src, bit-identical to dsp_dequantize_row; n whole blocks */

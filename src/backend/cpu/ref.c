@@ -207,6 +207,67 @@ void dsp_cpu_ref_matmul_q8(uint32_t type, const void *w, size_t row_bytes, int64
             y[(size_t)i * ldy + r] = dsp_cpu_q8_dot_ref(type, (const uint8_t *)w + (size_t)r * row_bytes, (const uint8_t *)xq + (size_t)i * ldq, in);
 }
 
+/* ---- panels (ops.h, "panel order") ---- */
+int dsp_cpu_panel_type(uint32_t type) { return type == DSP_Q4_0; }
+
+static int64_t n_panels(int64_t out) { return (out + DSP_CPU_PANEL - 1) / DSP_CPU_PANEL; }
+
+size_t dsp_cpu_panel_bytes(uint32_t type, int64_t in, int64_t out) {
+    (void)type;
+    return (size_t)n_panels(out) * (size_t)(in / 32) * (256 + 32);
+}
+
+void dsp_cpu_make_panels(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t out, void *dst) {
+    (void)type;
+    const int64_t nb = in / 32, np = n_panels(out);
+    uint8_t *nib = dst;
+    uint16_t *d = (uint16_t *)(nib + (size_t)np * nb * 256);
+    for (int64_t p = 0; p < np; p++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = nib + ((size_t)p * nb + b) * 256;
+            uint16_t *od = d + ((size_t)p * nb + b) * 16;
+            for (int j = 0; j < DSP_CPU_PANEL; j++) {
+                const int64_t row = p * DSP_CPU_PANEL + j;
+                if (row >= out) { /* padding: weight 0 (nibble 8), scale 0 */
+                    for (int r = 0; r < 4; r++) memset(o + 64 * r + 4 * j, 0x88, 4);
+                    od[j] = 0;
+                    continue;
+                }
+                const uint8_t *blk = (const uint8_t *)w + (size_t)row * row_bytes + (size_t)b * 18; /* f16 d, 16 bytes qs */
+                memcpy(&od[j], blk, 2);
+                for (int r = 0; r < 4; r++) memcpy(o + 64 * r + 4 * j, blk + 2 + 4 * r, 4);
+            }
+        }
+}
+
+void dsp_cpu_ref_matmul_panel(uint32_t type, const void *pw, int64_t in, int64_t out, int64_t r0, int64_t r1, const void *xq, size_t ldq,
+                              int n_x, float *y, int64_t ldy) {
+    (void)type;
+    const int64_t nb = in / 32, nbp = dsp_cpu_q8_nbp(in), np = n_panels(out);
+    const uint8_t *nib = pw;
+    const uint16_t *d = (const uint16_t *)(nib + (size_t)np * nb * 256);
+    for (int i = 0; i < n_x; i++) {
+        const uint8_t *row = (const uint8_t *)xq + (size_t)i * ldq;
+        const int8_t *x = dsp_cpu_q8_qn(row, nbp);
+        const float *dx = dsp_cpu_q8_d(row, nbp);
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t p = r / DSP_CPU_PANEL;
+            const int j = (int)(r % DSP_CPU_PANEL);
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *o = nib + ((size_t)p * nb + b) * 256;
+                int32_t P = 0;
+                for (int e = 0; e < 16; e++) {
+                    const uint8_t byte = o[64 * (e / 4) + 4 * j + e % 4];
+                    P += ((byte & 15) - 8) * x[32 * b + e] + ((byte >> 4) - 8) * x[32 * b + 16 + e];
+                }
+                acc = fmaf(dsp_f16_to_f32(d[((size_t)p * nb + b) * 16 + j]) * dx[2 * b], (float)P, acc);
+            }
+            y[(size_t)i * ldy + r] = acc;
+        }
+    }
+}
+
 static void ref_dequant_row(uint32_t type, const void *src, float *dst, int64_t n) { dsp_dequantize_row(type, src, dst, (uint64_t)n); }
 
 static void ref_dots(const float *q, const float *const *rows, int nt, int64_t n, float scale, float *out) {
@@ -230,6 +291,6 @@ static void ref_axpys16(float *o, const float *p, const uint16_t *const *rows, i
 }
 
 const dsp_cpu_ops dsp_cpu_ops_scalar = {
-    "scalar", dsp_cpu_ref_matmul, dsp_cpu_ref_matmul_q8, dsp_cpu_quantize_q8, ref_dequant_row, dsp_cpu_dot_f32, dsp_cpu_rmsnorm,
+    "scalar", dsp_cpu_ref_matmul, dsp_cpu_ref_matmul_q8, dsp_cpu_ref_matmul_panel, dsp_cpu_quantize_q8, ref_dequant_row, dsp_cpu_dot_f32, dsp_cpu_rmsnorm,
     dsp_cpu_softmax, dsp_cpu_swiglu, dsp_cpu_rope, dsp_cpu_axpy, ref_dots, ref_axpys, ref_dots16, ref_axpys16, dsp_cpu_argmax,
 };

@@ -612,6 +612,7 @@ static void k_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t in,
 /* ---- 8-bit activations ------------------------------------------------------------------------- */
 
 #include "backend/cpu/q8_impl.h"
+#include "backend/cpu/panel_impl.h"
 
 /* ---- element-wise and small kernels ---------------------------------------------------------- */
 
@@ -773,6 +774,6 @@ static int64_t k_argmax(const float *x, int64_t n) {
 }
 
 const dsp_cpu_ops OPS_NAME = {
-    ISA_NAME, k_matmul, k_matmul_q8, k_quantize_q8, k_dequant_row, k_dot, k_rmsnorm, k_softmax, k_swiglu, dsp_cpu_rope, k_axpy, k_dots, k_axpys,
+    ISA_NAME, k_matmul, k_matmul_q8, k_matmul_panel, k_quantize_q8, k_dequant_row, k_dot, k_rmsnorm, k_softmax, k_swiglu, dsp_cpu_rope, k_axpy, k_dots, k_axpys,
     k_dots16, k_axpys16, k_argmax,
 };
