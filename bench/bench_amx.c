@@ -1,4 +1,4 @@
-/* bench_amx: the measured case for the CPU's panel arithmetic (dspark now runs Q4_0 this way:
+/* bench_amx: the measured case for the CPU's panel arithmetic (dspark now runs Q4_0 and Q4_1 this way:
  * src/backend/cpu/panel_impl.h; this probe stays as the stand-alone measurement).
  *
  *   bench_amx [--out N] [--json]

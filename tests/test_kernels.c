@@ -445,18 +445,18 @@ static void test_attention_chunks(void) {
     free(keys), free(q), free(p), free(o1), free(o2), free(s1), free(s2), free(keys16), free(wide);
 }
 
-/* panel matmuls (ops.h "panel order", Q4_0): the oracle against double precision on the dequantized
+/* panel matmuls (ops.h "panel order", Q4_0 and Q4_1): the oracle against double precision on the dequantized
  * weights, then every table against the oracle bit for bit, for row counts on both sides of the
  * vector pass (4 rows) and of AMX's 16-row groups (with AMX on and off where it runs), output counts
  * that leave a partial panel, and row ranges as the backend's tasks split them */
 static void test_panels(void) {
-    const uint32_t type = DSP_Q4_0;
-    CHECK(dsp_cpu_panel_type(type) && !dsp_cpu_panel_type(DSP_Q4_1));
-    const int n_rows_list[] = {1, 2, 3, 4, 5, 9, 16, 17, 33, 40};
+    CHECK(dsp_cpu_panel_type(DSP_Q4_0) && dsp_cpu_panel_type(DSP_Q4_1) && !dsp_cpu_panel_type(DSP_Q8_0));
+    const int n_rows_list[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 40};
     const int max_x = 40;
     const int64_t ins[3] = {32, 576, 1024}, outs[3] = {5, 37, 64};
-    for (int ci = 0; ci < 3; ci++) {
-        const int64_t in = ins[ci], out = outs[ci];
+    for (int ci = 0; ci < 6; ci++) {
+        const uint32_t type = ci < 3 ? DSP_Q4_0 : DSP_Q4_1;
+        const int64_t in = ins[ci % 3], out = outs[ci % 3];
         const size_t rb = dsp_dtype_row_bytes(type, (uint64_t)in), qb = dsp_cpu_q8_row_bytes(in);
         uint8_t *w = xalloc(rb * (size_t)out), *xq = xalloc(qb * (size_t)max_x), *pw = xalloc(dsp_cpu_panel_bytes(type, in, out));
         float *x = xalloc(sizeof(float) * (size_t)(in * max_x)), *wd = xalloc(sizeof(float) * (size_t)(in * out));
@@ -480,7 +480,8 @@ static void test_panels(void) {
                 if (fabs((double)yref[i * out + r] - exact) > 1e-5 * mag + 1e-30) bad++;
             }
         }
-        CHECK_MSG(!bad, "panel oracle %lldx%lld: %d dots off the dequantized double-precision dot", (long long)out, (long long)in, bad);
+        CHECK_MSG(!bad, "panel oracle %s %lldx%lld: %d dots off the dequantized double-precision dot", dsp_dtype_name(type), (long long)out,
+                  (long long)in, bad);
         for (int t = 0; t < g_n_tables; t++) {
             const dsp_cpu_ops *o = g_tables[t];
             for (int amx = 0; amx < 2; amx++) {
@@ -496,8 +497,8 @@ static void test_panels(void) {
                     int bad1 = 0;
                     for (int i = 0; i < n; i++)
                         for (int64_t r = 0; r < out; r++) bad1 += memcmp(&yn[i * out + r], &yref[i * out + r], sizeof(float)) != 0;
-                    CHECK_MSG(!bad1, "%s panel matmul %lldx%lld, %d rows%s: %d outputs differ from the oracle", o->name, (long long)out, (long long)in, n,
-                              amx ? " (AMX)" : "", bad1);
+                    CHECK_MSG(!bad1, "%s panel matmul %s %lldx%lld, %d rows%s: %d outputs differ from the oracle", o->name, dsp_dtype_name(type),
+                              (long long)out, (long long)in, n, amx ? " (AMX)" : "", bad1);
                 }
             }
         }

@@ -114,19 +114,22 @@ static inline int dsp_cpu_q8_has_min(uint32_t type) { return type == DSP_Q4_1 ||
 typedef void (*dsp_cpu_matmul_q8_fn)(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1,
                                      const void *xq, size_t ldq, int n_x, float *y, int64_t ldy);
 
-/* ---- panel weights ("panel order"; Q4_0 so far) -----------------------------------------------
+/* ---- panel weights ("panel order"; Q4_0 and Q4_1 so far) ---------------------------------------
  * A matrix of a panel type is repacked once, at load, into panels of DSP_CPU_PANEL output rows (the
  * last one padded with zero rows), so that one vector holds 16 outputs and neither a decode row nor
- * a prefill needs a horizontal sum, and AMX can take whole blocks (dsp_cpu_make_panels). Q4_0, per
- * panel and 32-weight block b, in two regions:
+ * a prefill needs a horizontal sum, and AMX can take whole blocks (dsp_cpu_make_panels). Per panel
+ * and 32-weight block b, in regions:
  *   uint8_t  nib[P][nb][256]  byte 64 r + 4 j + t (r < 4, row j < 16, t < 4) = byte 4 r + t of row j's
  *                             qs, i.e. element 4 r + t (low nibble) and 16 + 4 r + t (high), unsigned
  *   uint16_t d[P][nb][16]     row j's f16 scale
+ *   uint16_t m[P][nb][16]     Q4_1: row j's f16 min
  * which is also the layout of an AMX B tile (and of vpdpbusd lanes) once the nibbles are unpacked.
  * The arithmetic, identical in every table and for any number of activation rows (the batch
  * invariance of ops.h): with P_b = sum of q[e] * xq[e] over the block's 32 weights (exact int32;
- * q = nibble - 8) and D_w the row's scale as a float,
- *       y = +0;  y = fma(D_w * dx[b], (float)P_b, y)  for b = 0, 1, ..., nb - 1 in order.
+ * Q4_0 q = nibble - 8, Q4_1 q = nibble), D_w and M_w the row's scale and min as floats, and
+ * s[b] = dx[b] * (float)(the block's activation sum) as the q8 row stores it,
+ *       y = +0;  then for b = 0, 1, ..., nb - 1 in order:
+ *       y = fma(D_w * dx[b], (float)P_b, y);   Q4_1 also  y = fma(M_w, s[b], y).
  * (One float chain per output, not ops.h's 16 lanes and tree, which a tile product cannot give.) */
 #define DSP_CPU_PANEL 16
 /* 1 if matmuls of this type run on panels (with 8-bit activations) */

@@ -50,26 +50,28 @@ AI pvi p_dp(pvi acc, pvi u, pvi x) {
 }
 #endif
 
-/* outputs [16 p + VW h, + VW) of panel p for activation rows x[0..nr) (nr <= PANEL_ROWS) */
-AI void panel_pass(const uint8_t *nib, const uint16_t *d16, int64_t nb, int h, const uint8_t *const *x, int nr, int64_t nbp, float *const *y,
-                   int nv) {
+/* outputs [16 p + VW h, + VW) of panel p for activation rows x[0..nr) (nr <= PANEL_ROWS); q41: the
+ * weights are the nibbles plus a min (m16: the mins), else nibble - 8 */
+AI void panel_pass(const uint8_t *nib, const uint16_t *d16, const uint16_t *m16, int64_t nb, int h, const uint8_t *const *x, int nr, int64_t nbp,
+                   float *const *y, int nv, const int q41) {
     vf acc[PANEL_ROWS];
     for (int m = 0; m < PANEL_ROWS; m++) acc[m] = vzero();
-    for (int64_t b = 0; b < nb; b++, nib += 256, d16 += 16) {
+    for (int64_t b = 0; b < nb; b++, nib += 256, d16 += 16, m16 += q41 ? 16 : 0) {
         pvi u[8];
         for (int r = 0; r < 4; r++) {
             const pvi v = p_load(nib + 64 * r + 4 * VW * h);
             u[r] = p_nib_lo(v), u[r + 4] = p_nib_hi(v);
         }
-        const vf dw = p_scales(d16 + VW * h);
+        const vf dw = p_scales(d16 + VW * h), mw = q41 ? p_scales(m16 + VW * h) : vzero();
         for (int m = 0; m < PANEL_ROWS; m++) {
             if (m >= nr) break;
             const int32_t *nS = dsp_cpu_q8_nS(x[m], nbp);
             int32_t xd[8];
             memcpy(xd, dsp_cpu_q8_qn(x[m], nbp) + 32 * b, sizeof xd);
-            pvi s = p_set1(8 * (nS[2 * b] + nS[2 * b + 1])); /* -8 * S */
+            pvi s = p_set1(q41 ? 0 : 8 * (nS[2 * b] + nS[2 * b + 1])); /* Q4_0: -8 * S */
             for (int g = 0; g < 8; g++) s = p_dp(s, u[g], p_set1(xd[g]));
             acc[m] = vfma(vmul(dw, vset1(dsp_cpu_q8_d(x[m], nbp)[2 * b])), p_cvt(s), acc[m]);
+            if (q41) acc[m] = vfma(mw, vset1(dsp_cpu_q8_s(x[m], nbp)[2 * b]), acc[m]);
         }
     }
     for (int m = 0; m < nr; m++) {
@@ -102,9 +104,10 @@ AMX_TGT static void amx_config(int R) {
     _tile_loadconfig(&c);
 }
 
-/* activation rows [0, n) x outputs of panels [p0, p1): groups of 16 rows, the last of n % 16 */
-AMX_TGT static void panel_amx(const uint8_t *nib0, const uint16_t *d0, int64_t nb, int64_t p0, int64_t p1, int64_t r1, const uint8_t *xq,
-                              size_t ldq, int64_t nbp, int n, float *y, int64_t ldy) {
+/* activation rows [0, n) x outputs of panels [p0, p1): groups of 16 rows, the last of n % 16. The B
+ * tile holds nibble - 8 for both types; Q4_1's P is then C + 8 S. */
+AMX_TGT static void panel_amx(const uint8_t *nib0, const uint16_t *d0, const uint16_t *m0, int64_t nb, int64_t p0, int64_t p1, int64_t r1,
+                              const uint8_t *xq, size_t ldq, int64_t nbp, int n, float *y, int64_t ldy, const int q41) {
     int cfg = 0;
     int8_t bt[512] __attribute__((aligned(64)));
     int32_t ct[16][16] __attribute__((aligned(64)));
@@ -117,9 +120,9 @@ AMX_TGT static void panel_amx(const uint8_t *nib0, const uint16_t *d0, int64_t n
             __m512 acc[16];
             for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
             const uint8_t *nib = nib0 + (size_t)p * nb * 256;
-            const uint16_t *d16 = d0 + (size_t)p * nb * 16;
+            const uint16_t *d16 = d0 + (size_t)p * nb * 16, *m16 = m0 + (size_t)p * nb * 16;
             const uint8_t *xb = xq + (size_t)i0 * ldq;
-            for (int64_t b = 0; b < nb; b++, nib += 256, d16 += 16) {
+            for (int64_t b = 0; b < nb; b++, nib += 256, d16 += 16, m16 += 16) {
                 for (int r = 0; r < 4; r++) {
                     const __m512i v = _mm512_loadu_si512((const void *)(nib + 64 * r));
                     _mm512_store_si512(bt + 64 * r, _mm512_sub_epi8(p_nib_lo(v), e8));
@@ -130,10 +133,17 @@ AMX_TGT static void panel_amx(const uint8_t *nib0, const uint16_t *d0, int64_t n
                 _tile_zero(2);
                 _tile_dpbssd(2, 0, 1);
                 _tile_stored(2, ct, 64);
-                const __m512 dw = p_scales(d16);
+                const __m512 dw = p_scales(d16), mw = q41 ? p_scales(m16) : _mm512_setzero_ps();
                 for (int m = 0; m < R; m++) {
-                    const float dx = dsp_cpu_q8_d(xb + (size_t)m * ldq, nbp)[2 * b];
-                    acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(_mm512_load_si512(ct[m])), acc[m]);
+                    const uint8_t *xm = xb + (size_t)m * ldq;
+                    const float dx = dsp_cpu_q8_d(xm, nbp)[2 * b];
+                    __m512i P = _mm512_load_si512(ct[m]);
+                    if (q41) { /* + 8 S */
+                        const int32_t *nS = dsp_cpu_q8_nS(xm, nbp);
+                        P = _mm512_sub_epi32(P, _mm512_set1_epi32(8 * (nS[2 * b] + nS[2 * b + 1])));
+                    }
+                    acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(P), acc[m]);
+                    if (q41) acc[m] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dsp_cpu_q8_s(xm, nbp)[2 * b]), acc[m]);
                 }
             }
             for (int m = 0; m < R; m++) {
@@ -149,14 +159,15 @@ AMX_TGT static void panel_amx(const uint8_t *nib0, const uint16_t *d0, int64_t n
 
 static void k_matmul_panel(uint32_t type, const void *pw, int64_t in, int64_t out, int64_t r0, int64_t r1, const void *xq, size_t ldq, int n_x,
                            float *y, int64_t ldy) {
-    (void)type;
     const int64_t nb = in / 32, nbp = dsp_cpu_q8_nbp(in), np = (out + 15) / 16, p0 = r0 / 16, p1 = (r1 + 15) / 16;
+    const int q41 = type == DSP_Q4_1;
     const uint8_t *nib = pw;
-    const uint16_t *d = (const uint16_t *)(nib + (size_t)np * nb * 256);
+    const uint16_t *d = (const uint16_t *)(nib + (size_t)np * nb * 256), *mn = d + (size_t)np * nb * 16; /* mn: Q4_1 only */
     int i0 = 0;
 #if defined(PANEL_AMX)
     if (n_x >= PANEL_AMX_MIN && dsp_cpu_amx_usable()) {
-        panel_amx(nib, d, nb, p0, p1, r1, xq, ldq, nbp, n_x, y, ldy);
+        if (q41) panel_amx(nib, d, mn, nb, p0, p1, r1, xq, ldq, nbp, n_x, y, ldy, 1);
+        else panel_amx(nib, d, mn, nb, p0, p1, r1, xq, ldq, nbp, n_x, y, ldy, 0);
         i0 = n_x;
     }
 #endif
@@ -170,7 +181,10 @@ static void k_matmul_panel(uint32_t type, const void *pw, int64_t in, int64_t ou
                 const uint8_t *x[PANEL_ROWS];
                 float *yo[PANEL_ROWS];
                 for (int m = 0; m < nr; m++) x[m] = (const uint8_t *)xq + (size_t)(i + m) * ldq, yo[m] = y + (size_t)(i + m) * ldy + o0;
-                panel_pass(nib + (size_t)p * nb * 256, d + (size_t)p * nb * 16, nb, h, x, nr, nbp, yo, nv);
+                const uint8_t *pn = nib + (size_t)p * nb * 256;
+                const uint16_t *pd = d + (size_t)p * nb * 16, *pm = mn + (size_t)p * nb * 16;
+                if (q41) panel_pass(pn, pd, pm, nb, h, x, nr, nbp, yo, nv, 1);
+                else panel_pass(pn, pd, pm, nb, h, x, nr, nbp, yo, nv, 0);
             }
         }
 }

@@ -208,48 +208,50 @@ void dsp_cpu_ref_matmul_q8(uint32_t type, const void *w, size_t row_bytes, int64
 }
 
 /* ---- panels (ops.h, "panel order") ---- */
-int dsp_cpu_panel_type(uint32_t type) { return type == DSP_Q4_0; }
+int dsp_cpu_panel_type(uint32_t type) { return type == DSP_Q4_0 || type == DSP_Q4_1; }
 
 static int64_t n_panels(int64_t out) { return (out + DSP_CPU_PANEL - 1) / DSP_CPU_PANEL; }
 
 size_t dsp_cpu_panel_bytes(uint32_t type, int64_t in, int64_t out) {
-    (void)type;
-    return (size_t)n_panels(out) * (size_t)(in / 32) * (256 + 32);
+    return (size_t)n_panels(out) * (size_t)(in / 32) * (256 + (type == DSP_Q4_1 ? 64 : 32));
 }
 
 void dsp_cpu_make_panels(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t out, void *dst) {
-    (void)type;
     const int64_t nb = in / 32, np = n_panels(out);
+    const int q41 = type == DSP_Q4_1, bb = q41 ? 20 : 18, qs = q41 ? 4 : 2; /* block bytes, offset of the quants */
     uint8_t *nib = dst;
-    uint16_t *d = (uint16_t *)(nib + (size_t)np * nb * 256);
+    uint16_t *d = (uint16_t *)(nib + (size_t)np * nb * 256), *mn = d + (size_t)np * nb * 16;
     for (int64_t p = 0; p < np; p++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *o = nib + ((size_t)p * nb + b) * 256;
             uint16_t *od = d + ((size_t)p * nb + b) * 16;
             for (int j = 0; j < DSP_CPU_PANEL; j++) {
                 const int64_t row = p * DSP_CPU_PANEL + j;
-                if (row >= out) { /* padding: weight 0 (nibble 8), scale 0 */
+                if (row >= out) { /* padding: weight 0 (Q4_0 nibble 8; Q4_1 min 0), scale 0 */
                     for (int r = 0; r < 4; r++) memset(o + 64 * r + 4 * j, 0x88, 4);
                     od[j] = 0;
+                    if (q41) mn[((size_t)p * nb + b) * 16 + j] = 0;
                     continue;
                 }
-                const uint8_t *blk = (const uint8_t *)w + (size_t)row * row_bytes + (size_t)b * 18; /* f16 d, 16 bytes qs */
+                /* Q4_0: f16 d, 16 bytes qs; Q4_1: f16 d, f16 m, 16 bytes qs */
+                const uint8_t *blk = (const uint8_t *)w + (size_t)row * row_bytes + (size_t)b * bb;
                 memcpy(&od[j], blk, 2);
-                for (int r = 0; r < 4; r++) memcpy(o + 64 * r + 4 * j, blk + 2 + 4 * r, 4);
+                if (q41) memcpy(&mn[((size_t)p * nb + b) * 16 + j], blk + 2, 2);
+                for (int r = 0; r < 4; r++) memcpy(o + 64 * r + 4 * j, blk + qs + 4 * r, 4);
             }
         }
 }
 
 void dsp_cpu_ref_matmul_panel(uint32_t type, const void *pw, int64_t in, int64_t out, int64_t r0, int64_t r1, const void *xq, size_t ldq,
                               int n_x, float *y, int64_t ldy) {
-    (void)type;
     const int64_t nb = in / 32, nbp = dsp_cpu_q8_nbp(in), np = n_panels(out);
+    const int q41 = type == DSP_Q4_1, off = q41 ? 0 : 8; /* Q4_0's weights are nibble - 8, Q4_1's the nibble (plus its min) */
     const uint8_t *nib = pw;
-    const uint16_t *d = (const uint16_t *)(nib + (size_t)np * nb * 256);
+    const uint16_t *d = (const uint16_t *)(nib + (size_t)np * nb * 256), *mn = d + (size_t)np * nb * 16;
     for (int i = 0; i < n_x; i++) {
         const uint8_t *row = (const uint8_t *)xq + (size_t)i * ldq;
         const int8_t *x = dsp_cpu_q8_qn(row, nbp);
-        const float *dx = dsp_cpu_q8_d(row, nbp);
+        const float *dx = dsp_cpu_q8_d(row, nbp), *sx = dsp_cpu_q8_s(row, nbp);
         for (int64_t r = r0; r < r1; r++) {
             const int64_t p = r / DSP_CPU_PANEL;
             const int j = (int)(r % DSP_CPU_PANEL);
@@ -259,9 +261,10 @@ void dsp_cpu_ref_matmul_panel(uint32_t type, const void *pw, int64_t in, int64_t
                 int32_t P = 0;
                 for (int e = 0; e < 16; e++) {
                     const uint8_t byte = o[64 * (e / 4) + 4 * j + e % 4];
-                    P += ((byte & 15) - 8) * x[32 * b + e] + ((byte >> 4) - 8) * x[32 * b + 16 + e];
+                    P += ((byte & 15) - off) * x[32 * b + e] + ((byte >> 4) - off) * x[32 * b + 16 + e];
                 }
                 acc = fmaf(dsp_f16_to_f32(d[((size_t)p * nb + b) * 16 + j]) * dx[2 * b], (float)P, acc);
+                if (q41) acc = fmaf(dsp_f16_to_f32(mn[((size_t)p * nb + b) * 16 + j]), sx[2 * b], acc);
             }
             y[(size_t)i * ldy + r] = acc;
         }
