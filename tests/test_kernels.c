@@ -219,6 +219,18 @@ static void test_q8_quantize(void) {
     }
 }
 
+/* y within 1e-5 (relative to the sum of |products|) of the double-precision dot of the dequantized
+ * weights wd with the values of q8 row xr */
+static int near_deq_dot(float y, const float *wd, const uint8_t *xr, int64_t in) {
+    const int64_t nbp = dsp_cpu_q8_nbp(in);
+    double exact = 0, mag = 0;
+    for (int64_t k = 0; k < in; k++) {
+        const double xv = (double)dsp_cpu_q8_d(xr, nbp)[2 * (k / 32)] * dsp_cpu_q8_q(xr)[dsp_cpu_q8_index(k / 32, (int)(k % 32))];
+        exact += (double)wd[k] * xv, mag += fabs((double)wd[k] * xv);
+    }
+    return fabs((double)y - exact) <= 1e-5 * mag + 1e-30;
+}
+
 static void test_q8_matmul(void) {
     const int n_rows_list[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 40};
     const int max_x = 40;
@@ -238,7 +250,6 @@ static void test_q8_matmul(void) {
             for (int64_t r = 0; r < out; r++) random_row(type, w + (size_t)r * rb, in);
             random_acts(x, in * max_x);
             for (int i = 0; i < max_x; i++) dsp_cpu_quantize_q8(x + i * in, in, xq + (size_t)i * qb);
-            const int64_t nbp = dsp_cpu_q8_nbp(in);
             int bad = 0;
             for (int64_t r = 0; r < out; r++) {
                 dsp_dequantize_row(type, w + (size_t)r * rb, wd, (uint64_t)in);
@@ -247,13 +258,7 @@ static void test_q8_matmul(void) {
                     const float y = dsp_cpu_q8_dot_ref(type, w + (size_t)r * rb, xr, in);
                     yref[i * out + r] = y;
                     /* the integer formulation against float arithmetic on the dequantized values */
-                    double exact = 0, mag = 0;
-                    for (int64_t k = 0; k < in; k++) {
-                        const double xv = (double)dsp_cpu_q8_d(xr, nbp)[2 * (k / 32)] * dsp_cpu_q8_q(xr)[dsp_cpu_q8_index(k / 32, (int)(k % 32))];
-                        exact += (double)wd[k] * xv;
-                        mag += fabs((double)wd[k] * xv);
-                    }
-                    if (fabs((double)y - exact) > 1e-5 * mag + 1e-30) bad++;
+                    bad += !near_deq_dot(y, wd, xr, in);
                 }
             }
             CHECK_MSG(!bad, "q8 oracle %s %lldx%lld: %d dots off the dequantized double-precision dot", dsp_dtype_name(type), (long long)out,
@@ -466,18 +471,12 @@ static void test_panels(void) {
         for (int i = 0; i < max_x; i++) dsp_cpu_quantize_q8(x + i * in, in, xq + (size_t)i * qb);
         dsp_cpu_make_panels(type, w, rb, in, out, pw);
         dsp_cpu_ref_matmul_panel(type, pw, in, out, 0, out, xq, qb, max_x, yref, out);
-        const int64_t nbp = dsp_cpu_q8_nbp(in);
         int bad = 0;
         for (int64_t r = 0; r < out; r++) {
             dsp_dequantize_row(type, w + (size_t)r * rb, wd, (uint64_t)in);
             for (int i = 0; i < max_x; i++) {
                 const uint8_t *xr = xq + (size_t)i * qb;
-                double exact = 0, mag = 0;
-                for (int64_t k = 0; k < in; k++) {
-                    const double xv = (double)dsp_cpu_q8_d(xr, nbp)[2 * (k / 32)] * dsp_cpu_q8_qn(xr, nbp)[k];
-                    exact += (double)wd[k] * xv, mag += fabs((double)wd[k] * xv);
-                }
-                if (fabs((double)yref[i * out + r] - exact) > 1e-5 * mag + 1e-30) bad++;
+                bad += !near_deq_dot(yref[i * out + r], wd, xr, in);
             }
         }
         CHECK_MSG(!bad, "panel oracle %s %lldx%lld: %d dots off the dequantized double-precision dot", dsp_dtype_name(type), (long long)out,
