@@ -1,12 +1,13 @@
 /* backend/cpu/cpu_backend: the reference backend (backend.h) on the kernel table of ops.h.
  *
  * Buffers are 64-byte aligned host arrays; a matrix weight is the mmapped tensor itself (never
- * copied), except that a panel type's matrix (Q4_0, Q4_1: ops.h "panel order") is repacked once into
- * panels for the 8-bit-activation matmuls (the tensor stays for row reads); a vector weight that is not f32 (a bf16 norm of a Hugging Face checkpoint) is widened
- * to f32 once, at creation. The KV store is (n_layers, n_blocks, block_tokens, kv_dim) for K and
- * for V, of F32 (the default), F16 or BF16 (backend params kv_type; --kv-type):
- * rows are rounded to the type when written and widened exactly when attention reads them
- * (ops.h dots16/axpys16), so a row's bits still depend on nothing but its own inputs.
+ * copied), except that a panel type's matrix (Q4_0, Q4_1: ops.h "panel order") is repacked once
+ * into panels for the 8-bit-activation matmuls (the tensor stays for row reads); a vector weight
+ * that is not f32 (a bf16 norm of a Hugging Face checkpoint) is widened to f32 once, at creation.
+ * The KV store is (n_layers, n_blocks, block_tokens, kv_dim) for K and for V, of F32 (the
+ * default), F16 or BF16 (backend params kv_type; --kv-type): rows are rounded to the type when
+ * written and widened exactly when attention reads them (ops.h dots16/axpys16), so a row's bits
+ * still depend on nothing but its own inputs.
  *
  * Matmuls with quantized weights of the types dsp_cpu_q8_type() lists take 8-bit activations
  * (ops.h, "q8 block order") unless the backend was made with f32_activations: a matmul call

@@ -170,14 +170,12 @@ typedef struct dsp_cpu_ops {
     void (*axpys)(float *o, const float *p, const float *const *rows, int nt, int64_t n);
     /* the same over 16-bit key/value rows (the K/V cache in F16, or BF16 when bf16 != 0): bit-identical
      * to dots/axpys on the rows widened to f32 (exact), so the K/V type changes what is stored, never
-     * the order of the arithmetic. n <= DSP_CPU_ATT_MAX_DIM. */
+     * the order of the arithmetic. */
     void (*dots16)(const float *q, const uint16_t *const *rows, int nt, int64_t n, float scale, float *out, int bf16);
     void (*axpys16)(float *o, const float *p, const uint16_t *const *rows, int nt, int64_t n, int bf16);
     int64_t (*argmax)(const float *x, int64_t n);               /* first index of the maximum (no NaN) */
 } dsp_cpu_ops;
 
-/* the longest head dots16/axpys16 take (their tails widen a row into a stack buffer) */
-#define DSP_CPU_ATT_MAX_DIM 1024
 /* one 16-bit K/V element widened to f32 (exact) */
 static inline float dsp_cpu_kv16(uint16_t h, int bf16) { return bf16 ? dsp_bf16_to_f32(h) : dsp_f16_to_f32(h); }
 

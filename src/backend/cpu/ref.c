@@ -280,12 +280,15 @@ static void ref_axpys(float *o, const float *p, const float *const *rows, int nt
     for (int t = 0; t < nt; t++) dsp_cpu_axpy(o, p[t], rows[t], n);
 }
 
-/* 16-bit rows: widen each row, then the f32 definition */
+/* 16-bit rows: the f32 definitions on each element widened */
 static void ref_dots16(const float *q, const uint16_t *const *rows, int nt, int64_t n, float scale, float *out, int bf16) {
-    float row[DSP_CPU_ATT_MAX_DIM];
     for (int t = 0; t < nt; t++) {
-        for (int64_t i = 0; i < n; i++) row[i] = dsp_cpu_kv16(rows[t][i], bf16);
-        out[t] = dsp_cpu_dot_f32(q, row, n) * scale;
+        float acc[LANES] = {0};
+        int64_t i = 0;
+        for (; i + LANES <= n; i += LANES)
+            for (int k = 0; k < LANES; k++) acc[k] += q[i + k] * dsp_cpu_kv16(rows[t][i + k], bf16);
+        for (int k = 0; i < n; i++, k++) acc[k] += q[i] * dsp_cpu_kv16(rows[t][i], bf16);
+        out[t] = tree16(acc) * scale;
     }
 }
 static void ref_axpys16(float *o, const float *p, const uint16_t *const *rows, int nt, int64_t n, int bf16) {

@@ -715,14 +715,11 @@ AI void dots_impl(const float *q, const void *const *rows, int nt, int64_t n, fl
                 }
             for (int k = 0; k < DOTS_KEYS; k++) out[t + k] = hsum8(to8(acc[k])) * scale;
         }
-    for (; t < nt; t++) {
-        if (kind == 0) {
-            out[t] = k_dot(q, (const float *)rows[t], n) * scale;
-        } else {
-            float row[DSP_CPU_ATT_MAX_DIM];
-            for (int64_t i = 0; i < n; i++) row[i] = kv_elem(rows[t], i, kind);
-            out[t] = k_dot(q, row, n) * scale;
-        }
+    for (; t < nt; t++) { /* k_dot's tile with the key row as its weight row: fma(k, q) = fma(q, k), same lanes */
+        const uint8_t *k = rows[t];
+        float y;
+        ftile(kind == 0 ? DSP_F32 : kind == 1 ? DSP_F16 : DSP_BF16, 1, 1, &k, q, 0, n, &y, 0, 0);
+        out[t] = y * scale;
     }
 }
 static void k_dots(const float *q, const float *const *rows, int nt, int64_t n, float scale, float *out) {
