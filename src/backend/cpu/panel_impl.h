@@ -56,7 +56,7 @@ AI void panel_pass(const uint8_t *nib, const uint16_t *d16, const uint16_t *m16,
                    float *const *y, int nv, const int q41) {
     vf acc[PANEL_ROWS];
     for (int m = 0; m < PANEL_ROWS; m++) acc[m] = vzero();
-    for (int64_t b = 0; b < nb; b++, nib += 256, d16 += 16, m16 += q41 ? 16 : 0) {
+    for (int64_t b = 0; b < nb; b++, nib += 256, d16 += 16, m16 += 16) {
         pvi u[8];
         for (int r = 0; r < 4; r++) {
             const pvi v = p_load(nib + 64 * r + 4 * VW * h);
@@ -120,7 +120,7 @@ AMX_TGT static void panel_amx(const uint8_t *nib0, const uint16_t *d0, const uin
             __m512 acc[16];
             for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
             const uint8_t *nib = nib0 + (size_t)p * nb * 256;
-            const uint16_t *d16 = d0 + (size_t)p * nb * 16, *m16 = m0 + (size_t)p * nb * 16;
+            const uint16_t *d16 = d0 + (size_t)p * nb * 16, *m16 = q41 ? m0 + (size_t)p * nb * 16 : d16; /* Q4_0: never read */
             const uint8_t *xb = xq + (size_t)i0 * ldq;
             for (int64_t b = 0; b < nb; b++, nib += 256, d16 += 16, m16 += 16) {
                 for (int r = 0; r < 4; r++) {
@@ -182,7 +182,7 @@ static void k_matmul_panel(uint32_t type, const void *pw, int64_t in, int64_t ou
                 float *yo[PANEL_ROWS];
                 for (int m = 0; m < nr; m++) x[m] = (const uint8_t *)xq + (size_t)(i + m) * ldq, yo[m] = y + (size_t)(i + m) * ldy + o0;
                 const uint8_t *pn = nib + (size_t)p * nb * 256;
-                const uint16_t *pd = d + (size_t)p * nb * 16, *pm = mn + (size_t)p * nb * 16;
+                const uint16_t *pd = d + (size_t)p * nb * 16, *pm = q41 ? mn + (size_t)p * nb * 16 : pd; /* Q4_0: never read */
                 if (q41) panel_pass(pn, pd, pm, nb, h, x, nr, nbp, yo, nv, 1);
                 else panel_pass(pn, pd, pm, nb, h, x, nr, nbp, yo, nv, 0);
             }
