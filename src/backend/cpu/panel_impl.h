@@ -166,8 +166,7 @@ static void k_matmul_panel(uint32_t type, const void *pw, int64_t in, int64_t ou
     int i0 = 0;
 #if defined(PANEL_AMX)
     if (n_x >= PANEL_AMX_MIN && dsp_cpu_amx_usable()) {
-        if (q41) panel_amx(nib, d, mn, nb, p0, p1, r1, xq, ldq, nbp, n_x, y, ldy, 1);
-        else panel_amx(nib, d, mn, nb, p0, p1, r1, xq, ldq, nbp, n_x, y, ldy, 0);
+        panel_amx(nib, d, mn, nb, p0, p1, r1, xq, ldq, nbp, n_x, y, ldy, q41);
         i0 = n_x;
     }
 #endif

@@ -218,7 +218,9 @@ size_t dsp_cpu_panel_bytes(uint32_t type, int64_t in, int64_t out) {
 
 void dsp_cpu_make_panels(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t out, void *dst) {
     const int64_t nb = in / 32, np = n_panels(out);
-    const int q41 = type == DSP_Q4_1, bb = q41 ? 20 : 18, qs = q41 ? 4 : 2; /* block bytes, offset of the quants */
+    const int q41 = type == DSP_Q4_1;
+    const size_t bb = q41 ? sizeof(dsp_block_q4_1) : sizeof(dsp_block_q4_0),
+                 qs = q41 ? offsetof(dsp_block_q4_1, qs) : offsetof(dsp_block_q4_0, qs); /* block bytes, offset of the quants */
     uint8_t *nib = dst;
     uint16_t *d = (uint16_t *)(nib + (size_t)np * nb * 256), *mn = d + (size_t)np * nb * 16;
     for (int64_t p = 0; p < np; p++)
@@ -233,10 +235,9 @@ void dsp_cpu_make_panels(uint32_t type, const void *w, size_t row_bytes, int64_t
                     if (q41) mn[((size_t)p * nb + b) * 16 + j] = 0;
                     continue;
                 }
-                /* Q4_0: f16 d, 16 bytes qs; Q4_1: f16 d, f16 m, 16 bytes qs */
                 const uint8_t *blk = (const uint8_t *)w + (size_t)row * row_bytes + (size_t)b * bb;
-                memcpy(&od[j], blk, 2);
-                if (q41) memcpy(&mn[((size_t)p * nb + b) * 16 + j], blk + 2, 2);
+                memcpy(&od[j], blk + offsetof(dsp_block_q4_0, d), 2); /* d first in both */
+                if (q41) memcpy(&mn[((size_t)p * nb + b) * 16 + j], blk + offsetof(dsp_block_q4_1, m), 2);
                 for (int r = 0; r < 4; r++) memcpy(o + 64 * r + 4 * j, blk + qs + 4 * r, 4);
             }
         }
