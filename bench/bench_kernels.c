@@ -1,13 +1,14 @@
 /* bench_kernels: the matmul kernels alone, one thread, on random weights of real widths.
  *
- *   bench_kernels [--type q8_0|q4_0|q4_1|q4_k|q5_k|q6_k] [--in 1024] [--mb 64] [--isa NAME] [--f32] [--json]
+ *   bench_kernels [--type q8_0|q4_0|q4_1|q4_k|q5_k|q6_k] [--in 1024] [--mb 64] [--isa NAME] [--f32 | --panel] [--json]
  *
  * For 1, 2, 4, 9, 17 activation rows: one pass over --mb MiB of weight rows (more than the caches,
  * as in decoding) per measurement; for 64 and 512 rows (prefill) a 4 MiB slice. Figures are
  * the fastest of 7 in thread CPU time (the development machines are shared: wall time measures
  * the neighbours, and even CPU time rises when they thrash the caches and the memory bus, so the
  * least disturbed run is the figure), as weight GB/s (rows 1-17), GMAC/s, and time relative to 1 row. --f32 runs the
- * f32-activation path (today's --precision f32) instead of the 8-bit one. */
+ * f32-activation path (today's --precision f32) instead of the 8-bit one; --panel the panel matmul
+ * (ops.h "panel order", what the backend runs for the panel types) instead of the row-major one. */
 #include "backend/cpu/ops.h"
 #include "core/dtype.h"
 
@@ -29,7 +30,7 @@ static int cmp_d(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *tname = "q8_0", *isa = NULL;
     int64_t in = 1024, mb = 64;
-    int json = 0, f32 = 0;
+    int json = 0, f32 = 0, panel = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--type") && i + 1 < argc) tname = argv[++i];
         else if (!strcmp(argv[i], "--in") && i + 1 < argc) in = atoll(argv[++i]);
@@ -37,8 +38,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) isa = argv[++i];
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--f32")) f32 = 1;
+        else if (!strcmp(argv[i], "--panel")) panel = 1;
         else {
-            fprintf(stderr, "usage: bench_kernels [--type T] [--in N] [--mb MIB] [--isa NAME] [--f32] [--json]\n");
+            fprintf(stderr, "usage: bench_kernels [--type T] [--in N] [--mb MIB] [--isa NAME] [--f32 | --panel] [--json]\n");
             return 2;
         }
     }
@@ -49,8 +51,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (!strcmp(tname, types[i].n)) type = types[i].t, found = 1;
     const dsp_cpu_ops *o = isa ? dsp_cpu_ops_get(isa) : dsp_cpu_ops_best();
-    if (!found || !o || in < 256 || in % 256 || mb < 4 || mb > 4096) {
-        fprintf(stderr, "bench_kernels: bad --type, --isa (not runnable here?), --in (a multiple of 256) or --mb\n");
+    if (!found || !o || in < 256 || in % 256 || mb < 4 || mb > 4096 || (panel && (f32 || !dsp_cpu_panel_type(type)))) {
+        fprintf(stderr, "bench_kernels: bad --type, --isa (not runnable here?), --in (a multiple of 256), --mb or --panel (panel types, not with --f32)\n");
         return 2;
     }
     const size_t rb = dsp_dtype_row_bytes(type, (uint64_t)in), qb = dsp_cpu_q8_row_bytes(in);
@@ -76,20 +78,31 @@ int main(int argc, char **argv) {
         }
     for (int64_t i = 0; i < in * max_x; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
     for (int i = 0; i < max_x; i++) o->quantize_q8(x + (size_t)i * in, in, xq + (size_t)i * qb);
+    /* panels of the whole matrix, and of the 4 MiB prefill slice (its own panels: a panel matrix has no row stride) */
+    void *pw = panel ? aligned_alloc(64, (dsp_cpu_panel_bytes(type, in, out) + 63) / 64 * 64) : NULL;
+    void *pw_pf = panel ? aligned_alloc(64, (dsp_cpu_panel_bytes(type, in, out_pf) + 63) / 64 * 64) : NULL;
+    if (panel) {
+        if (!pw || !pw_pf) return 1;
+        dsp_cpu_make_panels(type, w, rb, in, out, pw);
+        dsp_cpu_make_panels(type, w, rb, in, out_pf, pw_pf);
+    }
 
-    const int rows[] = {1, 2, 4, 9, 17, 64, 512};
+    const int rows[] = {1, 2, 3, 5, 9, 16, 17, 64, 512};
     double ms1 = 0;
     if (json)
         printf("{\"schema\": \"dspark.bench_kernels/1\", \"isa\": \"%s\", \"type\": \"%s\", \"in\": %lld, \"path\": \"%s\", \"rows\": [", o->name,
-               tname, (long long)in, f32 ? "f32" : "q8");
-    else printf("%s %s in=%lld (%s activations), thread CPU time, fastest of 7\n", o->name, tname, (long long)in, f32 ? "f32" : "8-bit");
+               tname, (long long)in, panel ? "panel" : f32 ? "f32" : "q8");
+    else
+        printf("%s %s in=%lld (%s), thread CPU time, fastest of 7\n", o->name, tname, (long long)in,
+               panel ? "panels, 8-bit activations" : f32 ? "f32 activations" : "8-bit activations");
     for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
         const int n_x = rows[k];
         const int64_t nr = n_x > 17 ? out_pf : out;
         double t[7];
         for (int rep = 0; rep < 8; rep++) {
             const double t0 = cpu_ms();
-            if (f32) o->matmul(type, w, rb, in, 0, nr, x, in, n_x, y, nr, scratch);
+            if (panel) o->matmul_panel(type, n_x > 17 ? pw_pf : pw, in, nr, 0, nr, xq, qb, n_x, y, nr);
+            else if (f32) o->matmul(type, w, rb, in, 0, nr, x, in, n_x, y, nr, scratch);
             else o->matmul_q8(type, w, rb, in, 0, nr, xq, qb, n_x, y, nr);
             if (rep) t[rep - 1] = cpu_ms() - t0; /* the first pass warms up */
         }
@@ -104,6 +117,6 @@ int main(int argc, char **argv) {
                    n_x > 17 ? "" : "  x1 row: ", n_x > 17 ? 0.0 * ms : ms / ms1);
     }
     if (json) printf("]}\n");
-    free(w), free(x), free(y), free(xq), free(scratch);
+    free(w), free(x), free(y), free(xq), free(scratch), free(pw), free(pw_pf);
     return 0;
 }

@@ -450,18 +450,23 @@ static void test_attention_chunks(void) {
     free(keys), free(q), free(p), free(o1), free(o2), free(s1), free(s2), free(keys16), free(wide);
 }
 
-/* panel matmuls (ops.h "panel order", Q4_0 and Q4_1): the oracle against double precision on the dequantized
- * weights, then every table against the oracle bit for bit, for row counts on both sides of the
- * vector pass (4 rows) and of AMX's 16-row groups (with AMX on and off where it runs), output counts
- * that leave a partial panel, and row ranges as the backend's tasks split them */
+/* panel matmuls (ops.h "panel order": Q4_0, Q4_1, Q4_K, Q5_K, Q6_K): the oracle against double precision
+ * on the dequantized weights, then every table against the oracle bit for bit, for row counts on
+ * both sides of the vector pass (4 / 8 rows) and of AMX's 16-row groups (with AMX on and off where it
+ * runs), output counts that leave a partial panel, and row ranges as the backend's tasks split them */
 static void test_panels(void) {
-    CHECK(dsp_cpu_panel_type(DSP_Q4_0) && dsp_cpu_panel_type(DSP_Q4_1) && !dsp_cpu_panel_type(DSP_Q8_0));
-    const int n_rows_list[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 40};
+    static const uint32_t types[] = {DSP_Q4_0, DSP_Q4_1, DSP_Q4_K, DSP_Q5_K, DSP_Q6_K};
+    const int n_types = (int)(sizeof types / sizeof *types);
+    CHECK(!dsp_cpu_panel_type(DSP_Q8_0) && !dsp_cpu_panel_type(DSP_F32));
+    const int n_rows_list[] = {1, 2, 3, 4, 5, 8, 9, 13, 16, 17, 29, 32, 33, 40};
     const int max_x = 40;
-    const int64_t ins[3] = {32, 576, 1024}, outs[3] = {5, 37, 64};
-    for (int ci = 0; ci < 6; ci++) {
-        const uint32_t type = ci < 3 ? DSP_Q4_0 : DSP_Q4_1;
-        const int64_t in = ins[ci % 3], out = outs[ci % 3];
+    const int64_t outs[3] = {5, 37, 64};
+    for (int ci = 0; ci < 3 * n_types; ci++) {
+        const uint32_t type = types[ci / 3];
+        CHECK(dsp_cpu_panel_type(type));
+        /* legacy types: one block, a partial 8-block group, whole groups; K types: 1, 3, 6 super-blocks */
+        const int64_t ins_l[3] = {32, 576, 1024}, ins_k[3] = {256, 768, 1536};
+        const int64_t in = dsp_cpu_panel_kq(type) ? ins_k[ci % 3] : ins_l[ci % 3], out = outs[ci % 3];
         const size_t rb = dsp_dtype_row_bytes(type, (uint64_t)in), qb = dsp_cpu_q8_row_bytes(in);
         uint8_t *w = xalloc(rb * (size_t)out), *xq = xalloc(qb * (size_t)max_x), *pw = xalloc(dsp_cpu_panel_bytes(type, in, out));
         float *x = xalloc(sizeof(float) * (size_t)(in * max_x)), *wd = xalloc(sizeof(float) * (size_t)(in * out));
@@ -504,7 +509,7 @@ static void test_panels(void) {
         dsp_cpu_amx_override(1);
         free(w), free(xq), free(pw), free(x), free(wd), free(yref), free(yn);
     }
-    printf("  AMX: %s\n", dsp_cpu_amx_usable() ? "used from 16 rows (tested)" : "not available here");
+    printf("  AMX: %s\n", dsp_cpu_amx_usable() ? "used from 32 rows, in groups of 16 (tested)" : "not available here");
 }
 
 static void test_selection(void) {

@@ -114,26 +114,59 @@ static inline int dsp_cpu_q8_has_min(uint32_t type) { return type == DSP_Q4_1 ||
 typedef void (*dsp_cpu_matmul_q8_fn)(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1,
                                      const void *xq, size_t ldq, int n_x, float *y, int64_t ldy);
 
-/* ---- panel weights ("panel order"; Q4_0 and Q4_1 so far) ---------------------------------------
+/* ---- panel weights ("panel order": Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) ----------------------------------
  * A matrix of a panel type is repacked once, at load, into panels of DSP_CPU_PANEL output rows (the
  * last one padded with zero rows), so that one vector holds 16 outputs and neither a decode row nor
- * a prefill needs a horizontal sum, and AMX can take whole blocks (dsp_cpu_make_panels). Per panel
- * and 32-weight block b, in regions:
- *   uint8_t  nib[P][nb][256]  byte 64 r + 4 j + t (r < 4, row j < 16, t < 4) = byte 4 r + t of row j's
- *                             qs, i.e. element 4 r + t (low nibble) and 16 + 4 r + t (high), unsigned
- *   uint16_t d[P][nb][16]     row j's f16 scale
- *   uint16_t m[P][nb][16]     Q4_1: row j's f16 min
- * which is also the layout of an AMX B tile (and of vpdpbusd lanes) once the nibbles are unpacked.
+ * a prefill needs a horizontal sum, and AMX can take whole blocks (dsp_cpu_make_panels). Each weight
+ * is an unsigned integer u with q = u - off the block integer of the q8 block order above (off: Q4_0
+ * 8, Q6_K 32, else 0). Per panel and 32-weight block b, element e of row j (< 16) is in "group"
+ * g = e / 4 (t = e % 4), and the regions (dsp_cpu_panel_regions) are:
+ *   q   [P][nb][qb]  the block's bits: byte 64 (g % 4) + 4 j + t holds u's low 4 bits, in the low
+ *                    nibble for g < 4 and the high one for g >= 4 (qb = 256); Q5_K then has 64 bytes
+ *                    with bit g of byte 4 j + t = bit 4 of u (qb = 320), Q6_K 128 bytes with bits
+ *                    2 (g % 4) .. +1 of byte 64 (g / 4) + 4 j + t = bits 4-5 of u (qb = 384)
+ *   d   [P][nd][16]  f16: the row's scale per block (Q4_0, Q4_1; nd = nb), or per 256-weight
+ *                    super-block (K types; nd = nb / 8)
+ *   m   [P][nd][16]  f16: Q4_1's min, Q4_K/Q5_K's dmin
+ *   sc  [P][nb][32]  K types: the row's 6-bit sub-block scale (bytes 0-15) and min (16-31), or Q6_K's
+ *                    signed scales of elements 0-15 (bytes 0-15) and 16-31 (16-31)
+ * Unpacked, a group is 16 outputs x 4 bytes: the layout of an AMX B tile and of vpdpbusd lanes.
  * The arithmetic, identical in every table and for any number of activation rows (the batch
- * invariance of ops.h): with P_b = sum of q[e] * xq[e] over the block's 32 weights (exact int32;
- * Q4_0 q = nibble - 8, Q4_1 q = nibble), D_w and M_w the row's scale and min as floats, and
+ * invariance of ops.h): with P = sum of q[e] * xq[e] over the block's 32 weights (exact int32),
+ * D_w and M_w as the reference dequantization forms them (Q4_K: D_w = d * sc, M_w = -(dmin * m);
+ * Q6_K: D_lo, D_hi of the two halves, with P_lo over e < 16 and P_hi over the rest) and
  * s[b] = dx[b] * (float)(the block's activation sum) as the q8 row stores it,
  *       y = +0;  then for b = 0, 1, ..., nb - 1 in order:
- *       y = fma(D_w * dx[b], (float)P_b, y);   Q4_1 also  y = fma(M_w, s[b], y).
+ *       y = fma(D_w * dx[b], (float)P, y);   the types with a min also  y = fma(M_w, s[b], y);
+ *       (Q6_K: y = fma(D_lo * dx[b], (float)P_lo, y);  y = fma(D_hi * dx[b], (float)P_hi, y).)
  * (One float chain per output, not ops.h's 16 lanes and tree, which a tile product cannot give.) */
 #define DSP_CPU_PANEL 16
 /* 1 if matmuls of this type run on panels (with 8-bit activations) */
 int dsp_cpu_panel_type(uint32_t type);
+/* the panel types with super-block scales and per-block sub-scales (the sc region) */
+static inline int dsp_cpu_panel_kq(uint32_t type) { return type == DSP_Q4_K || type == DSP_Q5_K || type == DSP_Q6_K; }
+/* u - off = the block integer q */
+static inline int dsp_cpu_panel_off(uint32_t type) { return type == DSP_Q4_0 ? 8 : type == DSP_Q6_K ? 32 : 0; }
+typedef struct dsp_cpu_panel_map {
+    const uint8_t *q;   /* [P][nb][qb] */
+    const uint16_t *d;  /* [P][nd][16] */
+    const uint16_t *m;  /* [P][nd][16]; NULL without a min */
+    const uint8_t *sc;  /* [P][nb][32]; NULL but for the K types */
+    int64_t nb, nd, qb;
+} dsp_cpu_panel_map;
+static inline dsp_cpu_panel_map dsp_cpu_panel_regions(uint32_t type, const void *pw, int64_t in, int64_t out) {
+    dsp_cpu_panel_map r;
+    const int64_t np = (out + DSP_CPU_PANEL - 1) / DSP_CPU_PANEL;
+    r.nb = in / 32, r.nd = dsp_cpu_panel_kq(type) ? r.nb / 8 : r.nb;
+    r.qb = type == DSP_Q5_K ? 320 : type == DSP_Q6_K ? 384 : 256;
+    r.q = (const uint8_t *)pw;
+    r.d = (const uint16_t *)(r.q + (size_t)(np * r.nb * r.qb));
+    r.m = dsp_cpu_q8_has_min(type) ? r.d + (size_t)(np * r.nd * 16) : NULL;
+    const uint16_t *end = r.d + (size_t)(np * r.nd * 16) * (r.m ? 2 : 1);
+    r.sc = dsp_cpu_panel_kq(type) ? (const uint8_t *)end : NULL;
+    return r;
+}
+/* bytes of the panels of an in x out matrix (in a whole number of the type's blocks) */
 size_t dsp_cpu_panel_bytes(uint32_t type, int64_t in, int64_t out);
 /* the panels of a row-major matrix (out rows of row_bytes) into dst (dsp_cpu_panel_bytes, 64-byte aligned) */
 void dsp_cpu_make_panels(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t out, void *dst);

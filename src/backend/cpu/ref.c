@@ -208,64 +208,133 @@ void dsp_cpu_ref_matmul_q8(uint32_t type, const void *w, size_t row_bytes, int64
 }
 
 /* ---- panels (ops.h, "panel order") ---- */
-int dsp_cpu_panel_type(uint32_t type) { return type == DSP_Q4_0 || type == DSP_Q4_1; }
+int dsp_cpu_panel_type(uint32_t type) {
+    return type == DSP_Q4_0 || type == DSP_Q4_1 || type == DSP_Q4_K || type == DSP_Q5_K || type == DSP_Q6_K;
+}
 
 static int64_t n_panels(int64_t out) { return (out + DSP_CPU_PANEL - 1) / DSP_CPU_PANEL; }
 
 size_t dsp_cpu_panel_bytes(uint32_t type, int64_t in, int64_t out) {
-    return (size_t)n_panels(out) * (size_t)(in / 32) * (256 + (type == DSP_Q4_1 ? 64 : 32));
+    const dsp_cpu_panel_map r = dsp_cpu_panel_regions(type, NULL, in, out);
+    const int64_t per = r.nb * r.qb + r.nd * 32 * (r.m ? 2 : 1) + (r.sc ? r.nb * 32 : 0);
+    return (size_t)(n_panels(out) * per);
+}
+
+/* the f16 scale (and min) of block b of a row of a panel type, as the file stores them: per block for
+ * Q4_0 / Q4_1, per super-block for the K types; sc[32] the K types' sub-block values (ops.h) */
+static void panel_row_scales(uint32_t type, const uint8_t *row, int64_t b, uint16_t *d, uint16_t *m, uint8_t sc[32]) {
+    switch (type) {
+    case DSP_Q4_0: memcpy(d, row + sizeof(dsp_block_q4_0) * b + offsetof(dsp_block_q4_0, d), 2); return;
+    case DSP_Q4_1: {
+        const uint8_t *p = row + sizeof(dsp_block_q4_1) * b;
+        memcpy(d, p + offsetof(dsp_block_q4_1, d), 2), memcpy(m, p + offsetof(dsp_block_q4_1, m), 2);
+        return;
+    }
+    case DSP_Q4_K:
+    case DSP_Q5_K: { /* the two blocks share d, dmin and scales at the same offsets */
+        const uint8_t *p = row + (type == DSP_Q4_K ? sizeof(dsp_block_q4_K) : sizeof(dsp_block_q5_K)) * (b / 8);
+        memcpy(d, p + offsetof(dsp_block_q4_K, d), 2), memcpy(m, p + offsetof(dsp_block_q4_K, dmin), 2);
+        dsp_quant_scale_min_k4(p + offsetof(dsp_block_q4_K, scales), (int)(b % 8), &sc[0], &sc[16]);
+        return;
+    }
+    case DSP_Q6_K: {
+        const uint8_t *p = row + sizeof(dsp_block_q6_K) * (b / 8);
+        memcpy(d, p + offsetof(dsp_block_q6_K, d), 2);
+        memcpy(&sc[0], p + offsetof(dsp_block_q6_K, scales) + 2 * (b % 8), 1);
+        memcpy(&sc[16], p + offsetof(dsp_block_q6_K, scales) + 2 * (b % 8) + 1, 1);
+        return;
+    }
+    default: return;
+    }
 }
 
 void dsp_cpu_make_panels(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t out, void *dst) {
-    const int64_t nb = in / 32, np = n_panels(out);
-    const int q41 = type == DSP_Q4_1;
-    const size_t bb = q41 ? sizeof(dsp_block_q4_1) : sizeof(dsp_block_q4_0),
-                 qs = q41 ? offsetof(dsp_block_q4_1, qs) : offsetof(dsp_block_q4_0, qs); /* block bytes, offset of the quants */
-    uint8_t *nib = dst;
-    uint16_t *d = (uint16_t *)(nib + (size_t)np * nb * 256), *mn = d + (size_t)np * nb * 16;
+    const int64_t np = n_panels(out);
+    const dsp_cpu_panel_map r = dsp_cpu_panel_regions(type, dst, in, out);
+    uint8_t *q0 = dst;
+    uint16_t *d0 = (uint16_t *)r.d, *m0 = (uint16_t *)r.m;
+    uint8_t *sc0 = (uint8_t *)r.sc;
+    const int off = dsp_cpu_panel_off(type), kq = dsp_cpu_panel_kq(type);
+    memset(dst, 0, dsp_cpu_panel_bytes(type, in, out));
     for (int64_t p = 0; p < np; p++)
-        for (int64_t b = 0; b < nb; b++) {
-            uint8_t *o = nib + ((size_t)p * nb + b) * 256;
-            uint16_t *od = d + ((size_t)p * nb + b) * 16;
+        for (int64_t b = 0; b < r.nb; b++) {
+            uint8_t *o = q0 + (size_t)(p * r.nb + b) * (size_t)r.qb, *sc = kq ? sc0 + (size_t)(p * r.nb + b) * 32 : NULL;
+            const size_t ds = (size_t)(p * r.nd + (kq ? b / 8 : b)) * 16; /* the scales' slot of this block */
             for (int j = 0; j < DSP_CPU_PANEL; j++) {
                 const int64_t row = p * DSP_CPU_PANEL + j;
-                if (row >= out) { /* padding: weight 0 (Q4_0 nibble 8; Q4_1 min 0), scale 0 */
-                    for (int r = 0; r < 4; r++) memset(o + 64 * r + 4 * j, 0x88, 4);
-                    od[j] = 0;
-                    if (q41) mn[((size_t)p * nb + b) * 16 + j] = 0;
-                    continue;
+                int q[32];
+                float D[2], M;
+                if (row < out) {
+                    const uint8_t *wr = (const uint8_t *)w + (size_t)row * row_bytes;
+                    q8_wblock(type, wr, b, q, D, &M);
+                    uint16_t dv = 0, mv = 0;
+                    uint8_t s[32] = {0};
+                    panel_row_scales(type, wr, b, &dv, &mv, s);
+                    d0[ds + j] = dv;
+                    if (m0) m0[ds + j] = mv;
+                    if (sc) sc[j] = s[0], sc[16 + j] = s[16];
+                } else { /* padding: weight 0, scales 0 */
+                    for (int e = 0; e < 32; e++) q[e] = 0;
                 }
-                const uint8_t *blk = (const uint8_t *)w + (size_t)row * row_bytes + (size_t)b * bb;
-                memcpy(&od[j], blk + offsetof(dsp_block_q4_0, d), 2); /* d first in both */
-                if (q41) memcpy(&mn[((size_t)p * nb + b) * 16 + j], blk + offsetof(dsp_block_q4_1, m), 2);
-                for (int r = 0; r < 4; r++) memcpy(o + 64 * r + 4 * j, blk + qs + 4 * r, 4);
+                for (int e = 0; e < 32; e++) {
+                    const int u = q[e] + off, g = e / 4, t = e % 4, i = 4 * j + t;
+                    o[64 * (g % 4) + i] |= (uint8_t)((u & 15) << (g < 4 ? 0 : 4));
+                    if (type == DSP_Q5_K) o[256 + i] |= (uint8_t)(((u >> 4) & 1) << g);
+                    if (type == DSP_Q6_K) o[256 + 64 * (g / 4) + i] |= (uint8_t)(((u >> 4) & 3) << (2 * (g % 4)));
+                }
             }
         }
 }
 
+/* weights of row j of panel p, block b (as q8_wblock gives them from the row-major file) */
+static void panel_wblock(uint32_t type, const dsp_cpu_panel_map *r, int64_t p, int64_t b, int j, int q[32], float D[2], float *M) {
+    const uint8_t *o = r->q + (size_t)(p * r->nb + b) * (size_t)r->qb;
+    const int off = dsp_cpu_panel_off(type), kq = dsp_cpu_panel_kq(type);
+    for (int e = 0; e < 32; e++) {
+        const int g = e / 4, i = 4 * j + e % 4;
+        int u = (o[64 * (g % 4) + i] >> (g < 4 ? 0 : 4)) & 15;
+        if (type == DSP_Q5_K) u |= ((o[256 + i] >> g) & 1) << 4;
+        if (type == DSP_Q6_K) u |= ((o[256 + 64 * (g / 4) + i] >> (2 * (g % 4))) & 3) << 4;
+        q[e] = u - off;
+    }
+    const size_t ds = (size_t)(p * r->nd + (kq ? b / 8 : b)) * 16 + (size_t)j;
+    const float d = dsp_f16_to_f32(r->d[ds]);
+    const uint8_t *sc = kq ? r->sc + (size_t)(p * r->nb + b) * 32 : NULL;
+    *M = 0;
+    if (type == DSP_Q6_K) {
+        D[0] = d * (float)(int8_t)sc[j], D[1] = d * (float)(int8_t)sc[16 + j];
+    } else if (kq) {
+        D[0] = D[1] = d * (float)sc[j];
+        *M = -(dsp_f16_to_f32(r->m[ds]) * (float)sc[16 + j]);
+    } else {
+        D[0] = D[1] = d;
+        if (r->m) *M = dsp_f16_to_f32(r->m[ds]);
+    }
+}
+
 void dsp_cpu_ref_matmul_panel(uint32_t type, const void *pw, int64_t in, int64_t out, int64_t r0, int64_t r1, const void *xq, size_t ldq,
                               int n_x, float *y, int64_t ldy) {
-    const int64_t nb = in / 32, nbp = dsp_cpu_q8_nbp(in), np = n_panels(out);
-    const int q41 = type == DSP_Q4_1, off = q41 ? 0 : 8; /* Q4_0's weights are nibble - 8, Q4_1's the nibble (plus its min) */
-    const uint8_t *nib = pw;
-    const uint16_t *d = (const uint16_t *)(nib + (size_t)np * nb * 256), *mn = d + (size_t)np * nb * 16;
+    const dsp_cpu_panel_map map = dsp_cpu_panel_regions(type, pw, in, out);
+    const int64_t nbp = dsp_cpu_q8_nbp(in);
     for (int i = 0; i < n_x; i++) {
         const uint8_t *row = (const uint8_t *)xq + (size_t)i * ldq;
         const int8_t *x = dsp_cpu_q8_qn(row, nbp);
         const float *dx = dsp_cpu_q8_d(row, nbp), *sx = dsp_cpu_q8_s(row, nbp);
         for (int64_t r = r0; r < r1; r++) {
-            const int64_t p = r / DSP_CPU_PANEL;
-            const int j = (int)(r % DSP_CPU_PANEL);
             float acc = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *o = nib + ((size_t)p * nb + b) * 256;
-                int32_t P = 0;
-                for (int e = 0; e < 16; e++) {
-                    const uint8_t byte = o[64 * (e / 4) + 4 * j + e % 4];
-                    P += ((byte & 15) - off) * x[32 * b + e] + ((byte >> 4) - off) * x[32 * b + 16 + e];
+            for (int64_t b = 0; b < map.nb; b++) {
+                int q[32];
+                float D[2], M;
+                panel_wblock(type, &map, r / DSP_CPU_PANEL, b, (int)(r % DSP_CPU_PANEL), q, D, &M);
+                int32_t P[2] = {0, 0}; /* elements 0-15, 16-31 */
+                for (int e = 0; e < 32; e++) P[e / 16] += q[e] * x[32 * b + e];
+                if (type == DSP_Q6_K) {
+                    acc = fmaf(D[0] * dx[2 * b], (float)P[0], acc);
+                    acc = fmaf(D[1] * dx[2 * b], (float)P[1], acc);
+                } else {
+                    acc = fmaf(D[0] * dx[2 * b], (float)(P[0] + P[1]), acc);
+                    if (map.m) acc = fmaf(M, sx[2 * b], acc);
                 }
-                acc = fmaf(dsp_f16_to_f32(d[((size_t)p * nb + b) * 16 + j]) * dx[2 * b], (float)P, acc);
-                if (q41) acc = fmaf(dsp_f16_to_f32(mn[((size_t)p * nb + b) * 16 + j]), sx[2 * b], acc);
             }
             y[(size_t)i * ldy + r] = acc;
         }
