@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
         dsp_cpu_make_panels(type, w, rb, in, out_pf, pw_pf);
     }
 
-    const int rows[] = {1, 2, 3, 5, 9, 16, 17, 64, 512};
+    const int rows[] = {1, 2, 3, 5, 8, 9, 12, 16, 17, 64, 512};
     double ms1 = 0;
     if (json)
         printf("{\"schema\": \"dspark.bench_kernels/1\", \"isa\": \"%s\", \"type\": \"%s\", \"in\": %lld, \"path\": \"%s\", \"rows\": [", o->name,

@@ -450,14 +450,14 @@ static void test_attention_chunks(void) {
     free(keys), free(q), free(p), free(o1), free(o2), free(s1), free(s2), free(keys16), free(wide);
 }
 
-/* panel matmuls (ops.h "panel order": Q4_0, Q4_1, Q4_K, Q5_K, Q6_K): the oracle against double precision
+/* panel matmuls (ops.h "panel order": Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K): the oracle against double precision
  * on the dequantized weights, then every table against the oracle bit for bit, for row counts on
  * both sides of the vector pass (4 / 8 rows) and of AMX's 16-row groups (with AMX on and off where it
  * runs), output counts that leave a partial panel, and row ranges as the backend's tasks split them */
 static void test_panels(void) {
-    static const uint32_t types[] = {DSP_Q4_0, DSP_Q4_1, DSP_Q4_K, DSP_Q5_K, DSP_Q6_K};
+    static const uint32_t types[] = {DSP_Q4_0, DSP_Q4_1, DSP_Q8_0, DSP_Q4_K, DSP_Q5_K, DSP_Q6_K};
     const int n_types = (int)(sizeof types / sizeof *types);
-    CHECK(!dsp_cpu_panel_type(DSP_Q8_0) && !dsp_cpu_panel_type(DSP_F32));
+    CHECK(!dsp_cpu_panel_type(DSP_Q5_0) && !dsp_cpu_panel_type(DSP_F32));
     const int n_rows_list[] = {1, 2, 3, 4, 5, 8, 9, 13, 16, 17, 29, 32, 33, 40};
     const int max_x = 40;
     const int64_t outs[3] = {5, 37, 64};

@@ -114,18 +114,19 @@ static inline int dsp_cpu_q8_has_min(uint32_t type) { return type == DSP_Q4_1 ||
 typedef void (*dsp_cpu_matmul_q8_fn)(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1,
                                      const void *xq, size_t ldq, int n_x, float *y, int64_t ldy);
 
-/* ---- panel weights ("panel order": Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) ----------------------------------
+/* ---- panel weights ("panel order": Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) ----------------------------
  * A matrix of a panel type is repacked once, at load, into panels of DSP_CPU_PANEL output rows (the
  * last one padded with zero rows), so that one vector holds 16 outputs and neither a decode row nor
  * a prefill needs a horizontal sum, and AMX can take whole blocks (dsp_cpu_make_panels). Each weight
- * is an unsigned integer u with q = u - off the block integer of the q8 block order above (off: Q4_0
- * 8, Q6_K 32, else 0). Per panel and 32-weight block b, element e of row j (< 16) is in "group"
- * g = e / 4 (t = e % 4), and the regions (dsp_cpu_panel_regions) are:
+ * of the 4- to 6-bit types is an unsigned integer u with q = u - off the block integer of the q8
+ * block order above (off: Q4_0 8, Q6_K 32, else 0). Per panel and 32-weight block b, element e of
+ * row j (< 16) is in "group" g = e / 4 (t = e % 4), and the regions (dsp_cpu_panel_regions) are:
  *   q   [P][nb][qb]  the block's bits: byte 64 (g % 4) + 4 j + t holds u's low 4 bits, in the low
  *                    nibble for g < 4 and the high one for g >= 4 (qb = 256); Q5_K then has 64 bytes
  *                    with bit g of byte 4 j + t = bit 4 of u (qb = 320), Q6_K 128 bytes with bits
- *                    2 (g % 4) .. +1 of byte 64 (g / 4) + 4 j + t = bits 4-5 of u (qb = 384)
- *   d   [P][nd][16]  f16: the row's scale per block (Q4_0, Q4_1; nd = nb), or per 256-weight
+ *                    2 (g % 4) .. +1 of byte 64 (g / 4) + 4 j + t = bits 4-5 of u (qb = 384);
+ *                    Q8_0: byte 64 g + 4 j + t is q itself, signed (qb = 512)
+ *   d   [P][nd][16]  f16: the row's scale per block (Q4_0, Q4_1, Q8_0; nd = nb), or per 256-weight
  *                    super-block (K types; nd = nb / 8)
  *   m   [P][nd][16]  f16: Q4_1's min, Q4_K/Q5_K's dmin
  *   sc  [P][nb][32]  K types: the row's 6-bit sub-block scale (bytes 0-15) and min (16-31), or Q6_K's
@@ -145,7 +146,7 @@ typedef void (*dsp_cpu_matmul_q8_fn)(uint32_t type, const void *w, size_t row_by
 int dsp_cpu_panel_type(uint32_t type);
 /* the panel types with super-block scales and per-block sub-scales (the sc region) */
 static inline int dsp_cpu_panel_kq(uint32_t type) { return type == DSP_Q4_K || type == DSP_Q5_K || type == DSP_Q6_K; }
-/* u - off = the block integer q */
+/* u - off = the block integer q (Q8_0: 0, its bytes are q) */
 static inline int dsp_cpu_panel_off(uint32_t type) { return type == DSP_Q4_0 ? 8 : type == DSP_Q6_K ? 32 : 0; }
 typedef struct dsp_cpu_panel_map {
     const uint8_t *q;   /* [P][nb][qb] */
@@ -158,7 +159,7 @@ static inline dsp_cpu_panel_map dsp_cpu_panel_regions(uint32_t type, const void 
     dsp_cpu_panel_map r;
     const int64_t np = (out + DSP_CPU_PANEL - 1) / DSP_CPU_PANEL;
     r.nb = in / 32, r.nd = dsp_cpu_panel_kq(type) ? r.nb / 8 : r.nb;
-    r.qb = type == DSP_Q5_K ? 320 : type == DSP_Q6_K ? 384 : 256;
+    r.qb = type == DSP_Q8_0 ? 512 : type == DSP_Q5_K ? 320 : type == DSP_Q6_K ? 384 : 256;
     r.q = (const uint8_t *)pw;
     r.d = (const uint16_t *)(r.q + (size_t)(np * r.nb * r.qb));
     r.m = dsp_cpu_q8_has_min(type) ? r.d + (size_t)(np * r.nd * 16) : NULL;

@@ -20,7 +20,7 @@
  * Both paths prefetch the weights ahead in software: without it the vector pass streamed about half
  * the bandwidth (bench_kernels --panel: one row 5.0 -> 2.5 ms over 64 MiB of Q4_1). */
 
-#define PANEL_ROWS (VW == 16 ? 8 : 4) /* activation rows per pass over a panel's blocks (vector path) */
+#define PANEL_ROWS (VW == 16 ? 12 : 4) /* activation rows per pass over a panel's blocks at most (vector path) */
 #define PANEL_HALVES (16 / VW)
 #define PANEL_PF 8 /* blocks the vector pass prefetches ahead (the next panel's follow a panel's last) */
 
@@ -45,6 +45,13 @@ AI pvi p_dp(pvi acc, pvi u, pvi x) {
 #endif
 }
 AI pvi p_or(pvi a, pvi b) { return _mm512_or_si512(a, b); }
+AI pvi p_xor80(pvi a) { return _mm512_xor_si512(a, _mm512_set1_epi8((char)0x80)); }
+/* acc + the 4-byte sums of q * x for signed q (Q8_0 without VNNI: |q| times x with q's sign, which
+ * vpmaddubsw cannot saturate) */
+AI pvi p_dp_signed(pvi acc, pvi q, pvi x) {
+    const pvi xs = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(q), _mm512_setzero_si512(), x);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(q), xs), _mm512_set1_epi16(1)));
+}
 AI pvi p_and8(pvi a, char m) { return _mm512_and_si512(a, _mm512_set1_epi8(m)); }
 #define p_sll16(v, n) _mm512_slli_epi16((v), (n))
 #define p_srl16(v, n) _mm512_srli_epi16((v), (n))
@@ -72,6 +79,10 @@ AI pvi p_dp(pvi acc, pvi u, pvi x) {
 #endif
 }
 AI pvi p_or(pvi a, pvi b) { return _mm256_or_si256(a, b); }
+AI pvi p_xor80(pvi a) { return _mm256_xor_si256(a, _mm256_set1_epi8((char)0x80)); }
+AI pvi p_dp_signed(pvi acc, pvi q, pvi x) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)), _mm256_set1_epi16(1)));
+}
 AI pvi p_and8(pvi a, char m) { return _mm256_and_si256(a, _mm256_set1_epi8(m)); }
 #define p_sll16(v, n) _mm256_slli_epi16((v), (n))
 #define p_srl16(v, n) _mm256_srli_epi16((v), (n))
@@ -79,10 +90,14 @@ AI vf p_u8f(const uint8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_
 AI vf p_i8f(const uint8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
 #endif
 
-/* the weights of a block as 8 vectors of unsigned bytes u[g]: elements 4g..4g+3 of outputs
- * VW h .. VW h + VW - 1 of the panel (ops.h layout; q: the block's bytes) */
+/* the weights of a block as 8 vectors of unsigned bytes u[g] (Q8_0: signed q): elements 4g..4g+3
+ * of outputs VW h .. VW h + VW - 1 of the panel (ops.h layout; q: the block's bytes) */
 AI void p_unpack(const uint8_t *q, int h, pvi u[8], const uint32_t type) {
     const int o = 4 * VW * h;
+    if (type == DSP_Q8_0) { /* the signed bytes themselves */
+        for (int g = 0; g < 8; g++) u[g] = p_load(q + 64 * g + o);
+        return;
+    }
     for (int r = 0; r < 4; r++) {
         const pvi v = p_load(q + 64 * r + o);
         u[r] = p_nib_lo(v), u[r + 4] = p_nib_hi(v);
@@ -125,7 +140,12 @@ AI void p_block_scales(const dsp_cpu_panel_map *map, int64_t p, int64_t b, int h
 /* outputs [16 p + VW h, + VW) of panel p for activation rows x[0..nr) (nr <= PANEL_ROWS) */
 AI void panel_pass(const dsp_cpu_panel_map *map, int64_t p, int h, const uint8_t *const *x, int nr, int64_t nbp, float *const *y, int nv,
                    const uint32_t type) {
-    const int off = dsp_cpu_panel_off(type), has_min = dsp_cpu_q8_has_min(type), q6 = type == DSP_Q6_K;
+    const int has_min = dsp_cpu_q8_has_min(type), q6 = type == DSP_Q6_K, q8 = type == DSP_Q8_0;
+#if defined(DSP_Q8_VNNI)
+    const int off = q8 ? 128 : dsp_cpu_panel_off(type); /* Q8_0: vpdpbusd takes q + 128, unsigned */
+#else
+    const int off = dsp_cpu_panel_off(type); /* Q8_0: 0, p_dp_signed */
+#endif
     vf acc[PANEL_ROWS];
     for (int m = 0; m < PANEL_ROWS; m++) acc[m] = vzero();
     const uint8_t *q = map->q + (size_t)(p * map->nb) * (size_t)map->qb;
@@ -134,6 +154,10 @@ AI void panel_pass(const dsp_cpu_panel_map *map, int64_t p, int h, const uint8_t
         if (h == 0)
             for (int64_t l = 0; l < map->qb; l += 64) _mm_prefetch((const char *)q + PANEL_PF * map->qb + l, _MM_HINT_T0);
         p_unpack(q, h, u, type);
+#if defined(DSP_Q8_VNNI)
+        if (q8)
+            for (int g = 0; g < 8; g++) u[g] = p_xor80(u[g]);
+#endif
         vf d0, d1;
         p_block_scales(map, p, b, h, &d0, &d1, type);
         for (int m = 0; m < PANEL_ROWS; m++) {
@@ -149,7 +173,12 @@ AI void panel_pass(const dsp_cpu_panel_map *map, int64_t p, int h, const uint8_t
             } else {
                 const int32_t *nS = dsp_cpu_q8_nS(x[m], nbp);
                 pvi s = p_set1(off * (nS[2 * b] + nS[2 * b + 1])); /* -off * S */
-                for (int g = 0; g < 8; g++) s = p_dp(s, u[g], p_bcast4(xq8 + 4 * g));
+#if !defined(DSP_Q8_VNNI)
+                if (q8)
+                    for (int g = 0; g < 8; g++) s = p_dp_signed(s, u[g], p_bcast4(xq8 + 4 * g));
+                else
+#endif
+                    for (int g = 0; g < 8; g++) s = p_dp(s, u[g], p_bcast4(xq8 + 4 * g));
                 acc[m] = vfma(vmul(d0, dx), p_cvt(s), acc[m]);
                 if (has_min) acc[m] = vfma(d1, vset1(dsp_cpu_q8_s(x[m], nbp)[2 * b]), acc[m]);
             }
@@ -337,12 +366,34 @@ AI void matmul_panel_t(const dsp_cpu_panel_map *map, int64_t r0, int64_t r1, con
             const int64_t o0 = 16 * p + VW * h;
             if (o0 >= r1) break;
             const int nv = r1 - o0 < VW ? (int)(r1 - o0) : VW;
-            for (int i = n_amx; i < n_x; i += PANEL_ROWS) {
-                const int nr = n_x - i < PANEL_ROWS ? n_x - i : PANEL_ROWS;
+            /* the rows left in passes of near-equal size, each a compile-time count (no per-row branches) */
+            const int left = n_x - n_amx, n_pass = (left + PANEL_ROWS - 1) / PANEL_ROWS;
+            for (int k = 0, i = n_amx; k < n_pass; k++) {
+                const int nr = (left * (k + 1)) / n_pass - (left * k) / n_pass;
                 const uint8_t *x[PANEL_ROWS];
                 float *yo[PANEL_ROWS];
                 for (int m = 0; m < nr; m++) x[m] = (const uint8_t *)xq + (size_t)(i + m) * ldq, yo[m] = y + (size_t)(i + m) * ldy + o0;
-                panel_pass(map, p, h, x, nr, nbp, yo, nv, type);
+                switch (nr) {
+#define PANEL_PASS_CASE(N)                                        \
+    case N: panel_pass(map, p, h, x, N, nbp, yo, nv, type); break;
+                    PANEL_PASS_CASE(1)
+                    PANEL_PASS_CASE(2)
+                    PANEL_PASS_CASE(3)
+                    PANEL_PASS_CASE(4)
+#if PANEL_ROWS > 4
+                    PANEL_PASS_CASE(5)
+                    PANEL_PASS_CASE(6)
+                    PANEL_PASS_CASE(7)
+                    PANEL_PASS_CASE(8)
+                    PANEL_PASS_CASE(9)
+                    PANEL_PASS_CASE(10)
+                    PANEL_PASS_CASE(11)
+                    PANEL_PASS_CASE(12)
+#endif
+#undef PANEL_PASS_CASE
+                default: break;
+                }
+                i += nr;
             }
         }
     }
@@ -355,6 +406,7 @@ static void k_matmul_panel(uint32_t type, const void *pw, int64_t in, int64_t ou
     switch (type) {
     case DSP_Q4_0: matmul_panel_t(&map, r0, r1, xq, ldq, n_x, nbp, y, ldy, DSP_Q4_0); break;
     case DSP_Q4_1: matmul_panel_t(&map, r0, r1, xq, ldq, n_x, nbp, y, ldy, DSP_Q4_1); break;
+    case DSP_Q8_0: matmul_panel_t(&map, r0, r1, xq, ldq, n_x, nbp, y, ldy, DSP_Q8_0); break;
     case DSP_Q4_K: matmul_panel_t(&map, r0, r1, xq, ldq, n_x, nbp, y, ldy, DSP_Q4_K); break;
     case DSP_Q5_K: matmul_panel_t(&map, r0, r1, xq, ldq, n_x, nbp, y, ldy, DSP_Q5_K); break;
     case DSP_Q6_K: matmul_panel_t(&map, r0, r1, xq, ldq, n_x, nbp, y, ldy, DSP_Q6_K); break;

@@ -209,7 +209,7 @@ void dsp_cpu_ref_matmul_q8(uint32_t type, const void *w, size_t row_bytes, int64
 
 /* ---- panels (ops.h, "panel order") ---- */
 int dsp_cpu_panel_type(uint32_t type) {
-    return type == DSP_Q4_0 || type == DSP_Q4_1 || type == DSP_Q4_K || type == DSP_Q5_K || type == DSP_Q6_K;
+    return type == DSP_Q4_0 || type == DSP_Q4_1 || type == DSP_Q8_0 || type == DSP_Q4_K || type == DSP_Q5_K || type == DSP_Q6_K;
 }
 
 static int64_t n_panels(int64_t out) { return (out + DSP_CPU_PANEL - 1) / DSP_CPU_PANEL; }
@@ -225,6 +225,7 @@ size_t dsp_cpu_panel_bytes(uint32_t type, int64_t in, int64_t out) {
 static void panel_row_scales(uint32_t type, const uint8_t *row, int64_t b, uint16_t *d, uint16_t *m, uint8_t sc[32]) {
     switch (type) {
     case DSP_Q4_0: memcpy(d, row + sizeof(dsp_block_q4_0) * b + offsetof(dsp_block_q4_0, d), 2); return;
+    case DSP_Q8_0: memcpy(d, row + sizeof(dsp_block_q8_0) * b + offsetof(dsp_block_q8_0, d), 2); return;
     case DSP_Q4_1: {
         const uint8_t *p = row + sizeof(dsp_block_q4_1) * b;
         memcpy(d, p + offsetof(dsp_block_q4_1, d), 2), memcpy(m, p + offsetof(dsp_block_q4_1, m), 2);
@@ -278,6 +279,10 @@ void dsp_cpu_make_panels(uint32_t type, const void *w, size_t row_bytes, int64_t
                 }
                 for (int e = 0; e < 32; e++) {
                     const int u = q[e] + off, g = e / 4, t = e % 4, i = 4 * j + t;
+                    if (type == DSP_Q8_0) {
+                        o[64 * g + i] = (uint8_t)(int8_t)q[e];
+                        continue;
+                    }
                     o[64 * (g % 4) + i] |= (uint8_t)((u & 15) << (g < 4 ? 0 : 4));
                     if (type == DSP_Q5_K) o[256 + i] |= (uint8_t)(((u >> 4) & 1) << g);
                     if (type == DSP_Q6_K) o[256 + 64 * (g / 4) + i] |= (uint8_t)(((u >> 4) & 3) << (2 * (g % 4)));
@@ -292,6 +297,10 @@ static void panel_wblock(uint32_t type, const dsp_cpu_panel_map *r, int64_t p, i
     const int off = dsp_cpu_panel_off(type), kq = dsp_cpu_panel_kq(type);
     for (int e = 0; e < 32; e++) {
         const int g = e / 4, i = 4 * j + e % 4;
+        if (type == DSP_Q8_0) {
+            q[e] = (int8_t)o[64 * g + i];
+            continue;
+        }
         int u = (o[64 * (g % 4) + i] >> (g < 4 ? 0 : 4)) & 15;
         if (type == DSP_Q5_K) u |= ((o[256 + i] >> g) & 1) << 4;
         if (type == DSP_Q6_K) u |= ((o[256 + 64 * (g / 4) + i] >> (2 * (g % 4))) & 3) << 4;
