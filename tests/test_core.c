@@ -10,6 +10,7 @@
 
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <math.h>
@@ -311,6 +312,37 @@ static void test_file_read(void) {
     CHECK_EQ_INT(dsp_file_read("/", 10, &buf, &len), DSP_ERR_IO); /* a directory: read error */
 }
 
+/* dsp_file_drop_pages: the pages of a mapped file come back unchanged after being given up; heap
+ * memory and ranges outside a mapping are left alone (MADV_DONTNEED would zero heap pages) */
+static void test_file_drop_pages(void) {
+    char path[] = "/tmp/dsp_test_drop_XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    const size_t n = 5 * 4096 + 123;
+    uint8_t *want = malloc(n);
+    for (size_t i = 0; i < n; i++) want[i] = (uint8_t)(i * 131 + 7);
+    CHECK(write(fd, want, n) == (ssize_t)n);
+    close(fd);
+    dsp_file_map m;
+    CHECK_EQ_INT(dsp_file_map_open(path, &m), DSP_OK);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) sum += m.data[i]; /* fault everything in */
+    CHECK(sum > 0);
+    CHECK(dsp_file_drop_pages(m.data + 100, n - 200)); /* whole pages inside: given back */
+    CHECK(!memcmp(m.data, want, n));                    /* and read back unchanged */
+    CHECK(!dsp_file_drop_pages(m.data + 100, n));       /* past the mapping's end: refused */
+    uint8_t *heap = malloc(3 * 4096);
+    memset(heap, 0x5a, 3 * 4096);
+    CHECK(!dsp_file_drop_pages(heap, 3 * 4096)); /* not a file mapping: left alone */
+    CHECK(heap[4096 + 17] == 0x5a);
+    dsp_file_map_close(&m);
+    uint8_t *again = malloc(n); /* a closed mapping is forgotten */
+    CHECK(!dsp_file_drop_pages(again, 1));
+    free(again), free(heap), free(want);
+    unlink(path);
+}
+
 int main(void) {
     DSP_RUN(test_status);
     DSP_RUN(test_pool);
@@ -322,5 +354,6 @@ int main(void) {
     DSP_RUN(test_utf8_lossy);
     DSP_RUN(test_utf8_sanitize);
     DSP_RUN(test_file_read);
+    DSP_RUN(test_file_drop_pages);
     return dsp_test_summary();
 }

@@ -1,8 +1,10 @@
 /* core/file: see file.h. */
+#define _DEFAULT_SOURCE /* madvise(MADV_DONTNEED) */
 #include "core/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,6 +31,37 @@ static dsp_status open_regular(const char *path, int *fd, uint64_t *size) {
     return DSP_OK;
 }
 
+/* the live mappings, for dsp_file_drop_pages (a weight file is mapped once per model; more than
+ * DROP_MAPS at once simply are not registered) */
+#define DROP_MAPS 64
+static struct {
+    pthread_mutex_t mu;
+    const uint8_t *start[DROP_MAPS];
+    size_t size[DROP_MAPS];
+} g_maps = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void maps_set(const void *old_start, const void *start, size_t size) {
+    pthread_mutex_lock(&g_maps.mu);
+    for (int i = 0; i < DROP_MAPS; i++)
+        if (g_maps.start[i] == old_start) {
+            g_maps.start[i] = start, g_maps.size[i] = size;
+            break;
+        }
+    pthread_mutex_unlock(&g_maps.mu);
+}
+
+bool dsp_file_drop_pages(const void *p, size_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + n) / page * page;
+    bool done = false;
+    if (!p || b <= a) return false;
+    pthread_mutex_lock(&g_maps.mu); /* held across madvise: the mapping cannot be closed under it */
+    for (int i = 0; i < DROP_MAPS && !done; i++)
+        if (g_maps.start[i] && (const uint8_t *)p >= g_maps.start[i] && (const uint8_t *)p + n <= g_maps.start[i] + g_maps.size[i])
+            done = madvise((void *)a, b - a, MADV_DONTNEED) == 0;
+    pthread_mutex_unlock(&g_maps.mu);
+    return done;
+}
+
 dsp_status dsp_file_map_open(const char *path, dsp_file_map *m) {
     memset(m, 0, sizeof *m);
     int fd = -1;
@@ -51,11 +84,12 @@ dsp_status dsp_file_map_open(const char *path, dsp_file_map *m) {
     m->size = size;
     m->map = p;
     m->map_size = (size_t)size;
+    maps_set(NULL, p, m->map_size);
     return DSP_OK;
 }
 
 void dsp_file_map_close(dsp_file_map *m) {
-    if (m->map) munmap(m->map, m->map_size);
+    if (m->map) maps_set(m->map, NULL, 0), munmap(m->map, m->map_size);
     memset(m, 0, sizeof *m);
 }
 

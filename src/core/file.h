@@ -23,6 +23,13 @@ typedef struct dsp_file_map {
 dsp_status dsp_file_map_open(const char *path, dsp_file_map *m);
 void dsp_file_map_close(dsp_file_map *m);
 
+/* Give back this process's resident pages of [p, p + n) when the range lies inside a mapping made by
+ * dsp_file_map_open (the whole pages within it; MADV_DONTNEED): a later read faults them in again
+ * from the file, unchanged. For data that was copied elsewhere (a backend's repacked weights) and is
+ * read rarely or never after. Anything else (heap memory, an unknown range) is left alone; returns
+ * whether pages were given back. */
+bool dsp_file_drop_pages(const void *p, size_t n);
+
 /* Read all of `path` ("-" reads standard input) into a malloc'd buffer with a NUL after the last
  * byte (the data itself may contain NULs); *len (may be NULL) gets the byte count. A file larger
  * than max_bytes is refused with DSP_ERR_RANGE; errors name the path. Works on pipes too. */

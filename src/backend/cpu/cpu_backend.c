@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 
 #include "backend/cpu/ops.h"
+#include "core/file.h"
 #include "core/quant.h"
 #include "core/threads.h"
 #include "sample/sample.h"
@@ -193,6 +194,8 @@ static dsp_status cpu_weight_create(dsp_backend *be, const dsp_tensor *t, dsp_bw
             return dsp_error(DSP_ERR_NOMEM, "tensor %.*s: no memory for its panels", (int)t->name.len, t->name.ptr);
         }
         dsp_cpu_make_panels(t->type, t->data, w->row_bytes, in, n_out, w->panel);
+        /* the file's copy is read again only for embedding rows: its pages need not stay resident */
+        dsp_file_drop_pages(t->data, (size_t)t->nbytes);
     }
     *out = w;
     return DSP_OK;
