@@ -231,8 +231,8 @@ typedef struct amx_rows {
     int32_t corr[16][16] __attribute__((aligned(64))); /* mid * S (the types with a min) */
 } amx_rows;
 
-/* the even entries (2b) of 32 per-lane values from v (the q8 row's d, s, nS) as 16 lanes, and the
- * sums of each pair */
+/* the values of blocks [0, nc) from per-lane q8-row arrays (entries 2b and 2b + 1): amx_even the
+ * even entries (d, s), amx_pairs the sum of each pair (nS), as 16 lanes (0 past nc) */
 AI __m512i amx_even(const void *v, int nc) {
     const __mmask16 k0 = (__mmask16)(nc >= 8 ? 0xFFFFu : (1u << (2 * nc)) - 1u), k1 = (__mmask16)(nc > 8 ? (1u << (2 * (nc - 8))) - 1u : 0);
     const __m512i a = _mm512_maskz_loadu_epi32(k0, v), b = _mm512_maskz_loadu_epi32(k1, (const int32_t *)v + 16);
@@ -292,9 +292,9 @@ AMX_TGT static void panel_amx(const dsp_cpu_panel_map *map, int64_t p, int64_t r
                               int64_t ldy, const uint32_t type) {
     const int q6 = type == DSP_Q6_K, has_min = dsp_cpu_q8_has_min(type);
     const int mid = has_min ? (type == DSP_Q5_K ? 16 : 8) : dsp_cpu_panel_off(type);
-    static _Thread_local int8_t bt[AMX_CHUNK][512] __attribute__((aligned(64)));
-    static _Thread_local int32_t ct[AMX_CHUNK][2][16][16] __attribute__((aligned(64)));
-    static _Thread_local amx_rows rv;
+    int8_t bt[AMX_CHUNK][512] __attribute__((aligned(64)));          /* 8 KiB */
+    int32_t ct[AMX_CHUNK][2][16][16] __attribute__((aligned(64))); /* 32 KiB */
+    amx_rows rv;
     const __m512i vmid = _mm512_set1_epi8((char)mid);
     amx_config(q6);
     const int nv = r1 - 16 * p < 16 ? (int)(r1 - 16 * p) : 16;

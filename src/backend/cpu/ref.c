@@ -221,7 +221,8 @@ size_t dsp_cpu_panel_bytes(uint32_t type, int64_t in, int64_t out) {
 }
 
 /* the f16 scale (and min) of block b of a row of a panel type, as the file stores them: per block for
- * Q4_0 / Q4_1, per super-block for the K types; sc[32] the K types' sub-block values (ops.h) */
+ * Q4_0 / Q4_1 / Q8_0, per super-block for the K types; sc[0] and sc[16] the K types' sub-block scale
+ * and min of block b (Q6_K: the signed scales of its two halves), as the sc region holds them (ops.h) */
 static void panel_row_scales(uint32_t type, const uint8_t *row, int64_t b, uint16_t *d, uint16_t *m, uint8_t sc[32]) {
     switch (type) {
     case DSP_Q4_0: memcpy(d, row + sizeof(dsp_block_q4_0) * b + offsetof(dsp_block_q4_0, d), 2); return;
