@@ -475,6 +475,12 @@ static void test_panels(void) {
         random_acts(x, in * max_x);
         for (int i = 0; i < max_x; i++) dsp_cpu_quantize_q8(x + i * in, in, xq + (size_t)i * qb);
         dsp_cpu_make_panels(type, w, rb, in, out, pw);
+        { /* the regions end where dsp_cpu_panel_bytes says */
+            const dsp_cpu_panel_map r = dsp_cpu_panel_regions(type, pw, in, out);
+            const int64_t np = (out + 15) / 16;
+            const uint8_t *end = r.sc ? r.sc + np * r.nb * 32 : (const uint8_t *)((r.m ? r.m : r.d) + np * r.nd * 16);
+            CHECK(end - pw == (ptrdiff_t)dsp_cpu_panel_bytes(type, in, out));
+        }
         dsp_cpu_ref_matmul_panel(type, pw, in, out, 0, out, xq, qb, max_x, yref, out);
         int bad = 0;
         for (int64_t r = 0; r < out; r++) {

@@ -155,11 +155,14 @@ typedef struct dsp_cpu_panel_map {
     const uint8_t *sc;  /* [P][nb][32]; NULL but for the K types */
     int64_t nb, nd, qb;
 } dsp_cpu_panel_map;
+/* bytes per block of the q region */
+static inline int64_t dsp_cpu_panel_qb(uint32_t type) { return type == DSP_Q8_0 ? 512 : type == DSP_Q5_K ? 320 : type == DSP_Q6_K ? 384 : 256; }
+/* the regions of the panels of an in x out matrix at pw (not NULL) */
 static inline dsp_cpu_panel_map dsp_cpu_panel_regions(uint32_t type, const void *pw, int64_t in, int64_t out) {
     dsp_cpu_panel_map r;
     const int64_t np = (out + DSP_CPU_PANEL - 1) / DSP_CPU_PANEL;
     r.nb = in / 32, r.nd = dsp_cpu_panel_kq(type) ? r.nb / 8 : r.nb;
-    r.qb = type == DSP_Q8_0 ? 512 : type == DSP_Q5_K ? 320 : type == DSP_Q6_K ? 384 : 256;
+    r.qb = dsp_cpu_panel_qb(type);
     r.q = (const uint8_t *)pw;
     r.d = (const uint16_t *)(r.q + (size_t)(np * r.nb * r.qb));
     r.m = dsp_cpu_q8_has_min(type) ? r.d + (size_t)(np * r.nd * 16) : NULL;

@@ -214,9 +214,10 @@ int dsp_cpu_panel_type(uint32_t type) {
 
 static int64_t n_panels(int64_t out) { return (out + DSP_CPU_PANEL - 1) / DSP_CPU_PANEL; }
 
-size_t dsp_cpu_panel_bytes(uint32_t type, int64_t in, int64_t out) {
-    const dsp_cpu_panel_map r = dsp_cpu_panel_regions(type, NULL, in, out);
-    const int64_t per = r.nb * r.qb + r.nd * 32 * (r.m ? 2 : 1) + (r.sc ? r.nb * 32 : 0);
+size_t dsp_cpu_panel_bytes(uint32_t type, int64_t in, int64_t out) { /* the regions of dsp_cpu_panel_regions */
+    const int kq = dsp_cpu_panel_kq(type);
+    const int64_t nb = in / 32, nd = kq ? nb / 8 : nb;
+    const int64_t per = nb * dsp_cpu_panel_qb(type) + nd * 32 * (dsp_cpu_q8_has_min(type) ? 2 : 1) + (kq ? nb * 32 : 0);
     return (size_t)(n_panels(out) * per);
 }
 
