@@ -27,10 +27,14 @@ extern "C" {
  * dsp_cu_pdl_wait, which returns when the kernel before it has finished and its writes are
  * visible, before it reads that kernel's outputs or writes anything. Both are no-ops for kernels
  * launched plainly. The matmul uses it to have its first weight loads in flight while its input
- * is prepared; DSP_CUDA_PDL=0 launches plainly. */
+ * is prepared. The decode path's other kernels (input preparation, RoPE, attention and its merge)
+ * are launched the same way through dsp_cu_launch_dep and wait at their first instruction: only
+ * their launch overlaps the kernel before. DSP_CUDA_PDL=0 launches everything plainly,
+ * DSP_CUDA_PDL=1 only the matmul with PDL (the launches before 2026-12-05). */
 __device__ __forceinline__ void dsp_cu_pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void dsp_cu_pdl_launch_dependents(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
 bool dsp_cu_pdl_enabled(void);
+bool dsp_cu_pdl_all(void); /* dsp_cu_launch_dep launches with PDL */
 template <typename... P, typename... A>
 cudaError_t dsp_cu_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
     cudaLaunchConfig_t cfg = {};
@@ -40,6 +44,15 @@ cudaError_t dsp_cu_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr, cfg.numAttrs = dsp_cu_pdl_enabled() ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+/* A kernel that calls dsp_cu_pdl_wait before any global memory access: with PDL when
+ * dsp_cu_pdl_all(), else plainly. */
+template <typename... P, typename... A>
+cudaError_t dsp_cu_launch_dep(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+    if (dsp_cu_pdl_all()) return dsp_cu_launch_pdl(kernel, grid, block, smem, st, args...);
+    kernel<<<grid, block, smem, st>>>(args...);
+    return cudaGetLastError();
 }
 
 /* ---- matmul (cuda_matmul.cu) ------------------------------------------------------------------ */

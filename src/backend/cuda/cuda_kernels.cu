@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(ROW_THREADS) prep_kernel(dsp_cu_prep a) {
     extern __shared__ float stage[];
     __shared__ float sh[32];
     dsp_cu_pdl_launch_dependents(); /* the matmul's CTAs may start loading weights (they wait for us) */
+    dsp_cu_pdl_wait();
     const int64_t r = blockIdx.x, K = a.K;
     float *X = a.X + r * K, *S = a.smem ? stage : X;
     const bool norm = a.flags & DSP_CU_PREP_NORM;
@@ -151,6 +152,8 @@ __global__ void add_bias_kernel(float *y, const float *b, int n_rows, int dim) {
  * KV cache with the row's v heads (norm_rope q, norm_rope k and kv_write fused: the same values) */
 __global__ void rope_kernel(dsp_cu_rope_args a, dsp_cu_meta m) {
     extern __shared__ float hbuf[]; /* [warps][hd] */
+    dsp_cu_pdl_launch_dependents();
+    dsp_cu_pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, H = a.hq + a.hk, hd = a.hd;
     const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
     if (item >= (int64_t)a.n * H) return;
@@ -247,6 +250,8 @@ __device__ __forceinline__ void kv_load4(const uint16_t *p, float f[4], bool bf1
 template <int GM>
 __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a) {
     extern __shared__ float smem[];
+    dsp_cu_pdl_launch_dependents();
+    dsp_cu_pdl_wait();
     const int row = blockIdx.x / a.n_head_kv, kvh = blockIdx.x % a.n_head_kv, c = blockIdx.y;
     const int nk = a.m.n_keys[row], CH = dsp_cu_attn_chunk(nk, a.cmin), nch = (nk + CH - 1) / CH;
     if (c >= nch) return;
@@ -364,6 +369,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
 
 /* one CTA per (row, head): merge the row's chunks in order */
 __global__ void attn_merge_kernel(float *out, const float *part, int n_head, int hd, int max_chunks, int cmin, dsp_cu_meta m) {
+    dsp_cu_pdl_launch_dependents();
+    dsp_cu_pdl_wait();
     const int row = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int nk = m.n_keys[row], nch = dsp_cu_attn_chunks(nk, cmin);
     const float *p = part + ((int64_t)row * n_head + h) * max_chunks * (hd + 2);
@@ -500,8 +507,7 @@ cudaError_t dsp_cu_prep_launch(const dsp_cu_prep *a, int n_rows, cudaStream_t st
     dsp_cu_prep p = *a;
     const size_t sm = (size_t)p.K * sizeof(float);
     p.smem = sm <= PREP_SMEM_MAX;
-    prep_kernel<<<(unsigned)n_rows, ROW_THREADS, p.smem ? sm : 0, st>>>(p);
-    return cudaGetLastError();
+    return dsp_cu_launch_dep(prep_kernel, dim3((unsigned)n_rows), dim3(ROW_THREADS), p.smem ? sm : 0, st, p);
 }
 
 cudaError_t dsp_cu_rmsnorm(float *out, const float *x, const float *w, int n_rows, int dim, float eps, const int32_t *rows,
@@ -517,8 +523,8 @@ cudaError_t dsp_cu_add_bias(float *y, const float *b, int n_rows, int dim, cudaS
 
 cudaError_t dsp_cu_rope(const dsp_cu_rope_args *a, const dsp_cu_meta *m, cudaStream_t st) {
     const int warps = 4;
-    rope_kernel<<<blocks((int64_t)a->n * (a->hq + a->hk), warps), warps * 32, warps * a->hd * sizeof(float), st>>>(*a, *m);
-    return cudaGetLastError();
+    return dsp_cu_launch_dep(rope_kernel, dim3(blocks((int64_t)a->n * (a->hq + a->hk), warps)), dim3(warps * 32),
+                             warps * a->hd * sizeof(float), st, *a, *m);
 }
 
 cudaError_t dsp_cu_kv_write(const dsp_cu_kv *kv, int layer, const float *k, const float *v, int n, const dsp_cu_meta *m,
@@ -540,11 +546,10 @@ cudaError_t dsp_cu_attention(float *out, const float *q, const dsp_cu_kv *kv, in
     const dim3 grid((unsigned)(n * n_head_kv), (unsigned)max_chunks);
     const size_t sm = attn_smem(G, head_dim, max_chunk_len);
     if (sm > ATT_SMEM_MAX) return cudaErrorInvalidValue;
-    if (G <= 4) attn_chunk_kernel<4><<<grid, ATT_WARPS * 32, sm, st>>>(a);
-    else if (G <= 8) attn_chunk_kernel<8><<<grid, ATT_WARPS * 32, sm, st>>>(a);
-    else attn_chunk_kernel<16><<<grid, ATT_WARPS * 32, sm, st>>>(a);
-    attn_merge_kernel<<<(unsigned)(n * n_head), 128, 0, st>>>(out, part, n_head, head_dim, max_chunks, a.cmin, *m);
-    return cudaGetLastError();
+    cudaError_t e = dsp_cu_launch_dep(G <= 4 ? attn_chunk_kernel<4> : G <= 8 ? attn_chunk_kernel<8> : attn_chunk_kernel<16>, grid,
+                                      dim3(ATT_WARPS * 32), sm, st, a);
+    return e ? e : dsp_cu_launch_dep(attn_merge_kernel, dim3((unsigned)(n * n_head)), dim3(128), 0, st, out, (const float *)part, n_head,
+                                     head_dim, max_chunks, a.cmin, *m);
 }
 
 int dsp_cu_attn_cmin(void) {
@@ -556,13 +561,15 @@ int dsp_cu_attn_cmin(void) {
     return c;
 }
 
-bool dsp_cu_pdl_enabled(void) {
-    static const bool on = [] {
+static int pdl_level(void) {
+    static const int l = [] {
         const char *e = getenv("DSP_CUDA_PDL");
-        return !(e && !strcmp(e, "0"));
+        return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : 2;
     }();
-    return on;
+    return l;
 }
+bool dsp_cu_pdl_enabled(void) { return pdl_level() > 0; }
+bool dsp_cu_pdl_all(void) { return pdl_level() > 1; }
 
 cudaError_t dsp_cu_kernels_init(void) {
     cudaError_t e = cudaFuncSetAttribute(attn_chunk_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
