@@ -379,24 +379,18 @@ static void mm_task(void *ctx, int task, int thread) {
     while (task >= j->first_task[m + 1]) m++;
     const dsp_bweight *w = j->w[m];
     int64_t in = (int64_t)w->t->ne[0], out = (int64_t)w->t->ne[1];
-    if (j->x_blocks[m] > 1) { /* q8, 2-D split */
+    if (j->x_blocks[m] > 1) { /* panels, 2-D split */
         const int t = task - j->first_task[m], xb = t % j->x_blocks[m];
         const int64_t r0 = (int64_t)(t / j->x_blocks[m]) * Q8_TASK_W, r1 = r0 + Q8_TASK_W < out ? r0 + Q8_TASK_W : out;
         const int i0 = xb * Q8_TASK_X, ni = j->n_rows - i0 < Q8_TASK_X ? j->n_rows - i0 : Q8_TASK_X;
-        if (w->panel)
-            j->c->ops->matmul_panel(w->type, w->panel, in, out, r0, r1, j->xq + (size_t)i0 * j->c->xq_row, j->c->xq_row, ni,
-                                    j->y[m] + (size_t)i0 * (size_t)out, out);
-        else
-            j->c->ops->matmul_q8(w->type, w->data, w->row_bytes, in, r0, r1, j->xq + (size_t)i0 * j->c->xq_row, j->c->xq_row, ni,
-                                 j->y[m] + (size_t)i0 * (size_t)out, out);
+        j->c->ops->matmul_panel(w->type, w->panel, in, out, r0, r1, j->xq + (size_t)i0 * j->c->xq_row, j->c->xq_row, ni,
+                                j->y[m] + (size_t)i0 * (size_t)out, out);
         return;
     }
     int64_t r0 = 0, r1 = 0;
     guided_split(out, j->c->n_threads, task - j->first_task[m], &r0, &r1);
-    if (j->xq && w->panel)
+    if (w->panel)
         j->c->ops->matmul_panel(w->type, w->panel, in, out, r0, r1, j->xq, j->c->xq_row, j->n_rows, j->y[m], out);
-    else if (j->xq && dsp_cpu_q8_type(w->type))
-        j->c->ops->matmul_q8(w->type, w->data, w->row_bytes, in, r0, r1, j->xq, j->c->xq_row, j->n_rows, j->y[m], out);
     else
         j->c->ops->matmul(w->type, w->data, w->row_bytes, in, r0, r1, j->x, in, j->n_rows, j->y[m], out,
                           j->c->wrow + (size_t)thread * j->c->wrow_per_thread);
@@ -412,7 +406,7 @@ static void cpu_matmul(dsp_backend *be, int n, const dsp_bweight *const *w, dsp_
         DSP_ASSERT((size_t)n_rows * w[m]->t->ne[1] <= y[m]->n && (size_t)n_rows * w[m]->t->ne[0] <= x->n);
         j.w[m] = w[m];
         j.y[m] = y[m]->data;
-        const bool q8 = c->q8 && dsp_cpu_q8_type(w[m]->type);
+        const bool q8 = w[m]->panel != NULL; /* every q8 type is repacked into panels under --precision q8 */
         if (q8) j.xq = c->xq;
         j.x_blocks[m] = q8 && n_rows > Q8_TASK_X ? (n_rows + Q8_TASK_X - 1) / Q8_TASK_X : 1;
         int64_t r0, r1;

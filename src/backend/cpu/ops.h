@@ -25,7 +25,9 @@
  *
  * 8-bit activations ("q8", the default precision): for the weight types of dsp_cpu_q8_type()
  * (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) each activation row is quantized once per matmul input
- * (quantize_q8, layout below) and matmul_q8 computes the dot products in integers. The arithmetic
+ * (quantize_q8, layout below) and matmul_q8 computes the dot products in integers. (The backend
+ * itself multiplies every matrix of these types through its panels, "panel order" below; matmul_q8
+ * and this order remain for test_kernels and bench_kernels.) The arithmetic
  * ("q8 block order"), identical in every table and for any number of rows:
  *   - per 32-weight block b the weight is w[e] = D_w * q[e] (+ M_w), q an integer (Q4_0: nibble - 8,
  *     Q8_0: the byte, Q6_K: 6 bits - 32 with one D_w per 16 weights, Q4_1/Q4_K/Q5_K: unsigned, with

@@ -206,16 +206,15 @@ typedef struct amx_cfg {
  * 5 C (16 rows x 16 outputs, int32). The others, two sets for two blocks in flight: 0 and 3 A (16 x 32
  * quants), 1 and 4 B (8 rows), 2 and 5 C. */
 AMX_TGT static void amx_config(int q6) {
-    const int R = 16;
     amx_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    c.rows[2] = c.rows[5] = (uint8_t)R, c.colsb[2] = c.colsb[5] = 64;
+    c.rows[2] = c.rows[5] = 16, c.colsb[2] = c.colsb[5] = 64;
     if (q6) {
-        c.rows[3] = c.rows[6] = (uint8_t)R, c.colsb[3] = c.colsb[6] = 16;
+        c.rows[3] = c.rows[6] = 16, c.colsb[3] = c.colsb[6] = 16;
         c.rows[4] = c.rows[7] = 4, c.colsb[4] = c.colsb[7] = 64;
     } else {
-        c.rows[0] = c.rows[3] = (uint8_t)R, c.colsb[0] = c.colsb[3] = 32;
+        c.rows[0] = c.rows[3] = 16, c.colsb[0] = c.colsb[3] = 32;
         c.rows[1] = c.rows[4] = 8, c.colsb[1] = c.colsb[4] = 64;
     }
     /* gcc 12 does not see that ldtilecfg reads all 64 bytes and dropped the stores of rows and
