@@ -34,10 +34,10 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-uint64_t dsp_engine_draft_kv_bytes(const dsp_block_drafter *bd) {
+uint64_t dsp_engine_draft_kv_bytes(const dsp_block_drafter *bd, uint64_t kv_elem) {
     if (!bd) return 0;
     const dsp_block_info *in = dsp_block_get_info(bd);
-    return 2ull * (uint64_t)in->n_layers * (uint64_t)in->n_head_kv * (uint64_t)in->head_dim * sizeof(float);
+    return 2ull * (uint64_t)in->n_layers * (uint64_t)in->n_head_kv * (uint64_t)in->head_dim * kv_elem;
 }
 
 /* --draft-vocab auto: all tokens on a backend with ops->markov_greedy, else AUTO_VOCAB_SUBSET tokens when the vocabulary has more than AUTO_VOCAB_MIN

@@ -209,7 +209,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     const bool kv16 = p.kv_type == DSP_KV_F16 || p.kv_type == DSP_KV_BF16;
     const uint64_t kv_elem = e->be->kind == DSP_BACKEND_CPU && !kv16 ? sizeof(float) : 2;
     uint64_t per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * kv_elem;
-    per_token += dsp_engine_draft_kv_bytes(e->bd);
+    per_token += dsp_engine_draft_kv_bytes(e->bd, kv_elem);
     uint64_t kv_tokens = p.kv_tokens;
     if (!kv_tokens && p.kv_memory) kv_tokens = p.kv_memory / per_token;
     if (!kv_tokens) {

@@ -162,7 +162,7 @@ bool dsp_engine_is_eog(const dsp_model *m, int32_t tok);
 /* Load and attach the block drafter of p->draft_model (after the forward exists). */
 dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path, int32_t draft_vocab);
 /* KV bytes per token the drafter adds (engine sizing), 0 without one. */
-uint64_t dsp_engine_draft_kv_bytes(const dsp_block_drafter *bd);
+uint64_t dsp_engine_draft_kv_bytes(const dsp_block_drafter *bd, uint64_t kv_elem);
 /* Submit-time checks and setup of r's speculation (mode, drafter, q, RNG). */
 dsp_status dsp_engine_draft_setup(dsp_engine *e, dsp_req *r, dsp_drafter *drafter);
 /* Positions past the committed length a request may write (the drafter's block): KV promise. */
