@@ -584,6 +584,38 @@ static void test_logits(void) {
     }
     CHECK_EQ_INT(am[3], 777);
     CHECK_EQ_INT(ids[3 * k + 1], 778);
+    /* the argmax splits a row into column ranges reduced by the last CTA to finish: a tie across
+     * ranges goes to the lower id, NaN is skipped, +inf wins, a row without a finite logit gives -1;
+     * twice (the tickets re-arm), then on more rows than before (the scratch grows) */
+    for (int i = 0; i < 3 * V; i++) x[i] = frnd();
+    x[45000] = 60.0f, x[5000] = 60.0f, x[49999] = NAN;
+    for (int i = 0; i < V; i++) x[V + i] = i % 3 ? -INFINITY : NAN;
+    x[2 * V + 10] = NAN, x[2 * V + 30001] = INFINITY, x[2 * V + 40000] = INFINITY;
+    g_gpu->ops->buf_write(g_gpu, lg, 0, x, (size_t)3 * V);
+    for (int rep = 0; rep < 2; rep++) {
+        CHECK(g_gpu->ops->argmax(g_gpu, lg, 3, V, am) == DSP_OK);
+        CHECK_EQ_INT(am[0], 5000);
+        CHECK_EQ_INT(am[1], -1);
+        CHECK_EQ_INT(am[2], 30001);
+    }
+    const int n2 = 300, V2 = 3001;
+    dsp_buf *lg2;
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)n2 * V2, &lg2) == DSP_OK);
+    float *x2 = xalloc(sizeof(float) * (size_t)n2 * V2);
+    int32_t *am2 = xalloc(sizeof(int32_t) * n2);
+    for (int i = 0; i < n2 * V2; i++) x2[i] = frnd();
+    g_gpu->ops->buf_write(g_gpu, lg2, 0, x2, (size_t)n2 * V2);
+    CHECK(g_gpu->ops->argmax(g_gpu, lg2, n2, V2, am2) == DSP_OK);
+    int bad = 0;
+    for (int r = 0; r < n2; r++) {
+        int best = 0;
+        for (int i = 1; i < V2; i++)
+            if (x2[(size_t)r * V2 + i] > x2[(size_t)r * V2 + best]) best = i;
+        bad += am2[r] != best;
+    }
+    CHECK_MSG(bad == 0, "%d of %d argmax rows differ", bad, n2);
+    free(x2), free(am2);
+    g_gpu->ops->buf_destroy(g_gpu, lg2);
     free(x);
     g_gpu->ops->buf_destroy(g_gpu, lg);
 }
@@ -592,7 +624,7 @@ static void test_logits(void) {
  * bias W2 . W1[prev] by the GPU's matmul for the slot's rows together, added on the host, argmax;
  * three requests of 4, 0 and 7 slots whose logit rows are not in request order */
 static void test_markov_greedy(void) {
-    const int V = 3001, r = 64, R = 3, rows = 16;
+    const int V = 9001, r = 64, R = 3, rows = 16; /* 3 column ranges per argmax */
     const int n[3] = {4, 0, 7}, row0[3] = {9, 0, 1};
     const int32_t anchor[3] = {5, 17, 2999};
     tbuf w2;

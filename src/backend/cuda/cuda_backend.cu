@@ -100,6 +100,8 @@ struct cu_backend {
     uint4 *xp; size_t xp_cap;              /* packed activation units */
     float *xsum; size_t xsum_cap;          /* floats */
     float *part; size_t part_cap;          /* attention partials, floats */
+    unsigned *am_count; size_t am_cap;     /* the argmax kernels' tickets (zero between launches), rows */
+    int2 *am_part; size_t am_part_cap;     /* and their parts, DSP_CU_AM_MAX_SPLIT per row */
     int32_t *h_meta, *d_meta; size_t meta_cap; int meta_T; size_t meta_used; bool meta_dirty;
     dsp_cu_meta meta;
     uint8_t *h_stage, *d_stage; size_t stage_cap, stage_used, stage_flushed;
@@ -509,7 +511,7 @@ void cu_destroy(dsp_backend *be) {
     print_profile(b);
     for (int i = 0; i < b->n_ev; i++) cudaEventDestroy(b->ev[i]);
     free(b->ev);
-    cudaFree(b->raw), cudaFree(b->xp), cudaFree(b->xsum), cudaFree(b->part), cudaFree(b->d_meta), cudaFree(b->d_stage);
+    cudaFree(b->raw), cudaFree(b->xp), cudaFree(b->xsum), cudaFree(b->part), cudaFree(b->am_count), cudaFree(b->am_part), cudaFree(b->d_meta), cudaFree(b->d_stage);
     cudaFreeHost(b->h_meta), cudaFreeHost(b->h_stage);
     cudaEventDestroy(b->upload_done);
     cudaStreamDestroy(b->st);
@@ -1013,6 +1015,20 @@ dsp_status logits_prep(cu_backend *b) {
     return DSP_OK;
 }
 
+/* the argmax kernels' scratch for n_rows rows (new tickets start at zero) */
+dsp_status am_ensure(cu_backend *b, int n_rows, dsp_cu_am *am) {
+    const size_t cap = b->am_cap;
+    dsp_status st = grow(b, (void **)&b->am_count, &b->am_cap, (size_t)n_rows, sizeof(unsigned), "argmax tickets");
+    if (!st) st = grow(b, (void **)&b->am_part, &b->am_part_cap, (size_t)n_rows * DSP_CU_AM_MAX_SPLIT, sizeof(int2), "argmax parts");
+    if (st) return st;
+    if (b->am_cap != cap) {
+        cudaError_t e = cudaMemsetAsync(b->am_count, 0, b->am_cap * sizeof(unsigned), b->st);
+        if (e != cudaSuccess) return cu_fail(e, "argmax tickets");
+    }
+    am->count = b->am_count, am->part = b->am_part;
+    return DSP_OK;
+}
+
 dsp_status cu_argmax(dsp_backend *be, const dsp_buf *logits, int n_rows, int n_vocab, int32_t *out) {
     cu_backend *b = B(be);
     DSP_ASSERT(n_rows >= 1 && (size_t)n_rows * n_vocab <= logits->n);
@@ -1020,8 +1036,10 @@ dsp_status cu_argmax(dsp_backend *be, const dsp_buf *logits, int n_rows, int n_v
     if (st) return st;
     st = stage_ensure(b, (size_t)n_rows * 4);
     if (st) return st;
+    dsp_cu_am am;
+    if ((st = am_ensure(b, n_rows, &am))) return st;
     int32_t *d = (int32_t *)b->d_stage; /* after a flush nothing pending reads the staging area */
-    cudaError_t e = dsp_cu_argmax(logits->d, n_rows, n_vocab, d, b->st);
+    cudaError_t e = dsp_cu_argmax(logits->d, n_rows, n_vocab, d, &am, b->st);
     if (e == cudaSuccess) e = cudaMemcpyAsync(out, d, (size_t)n_rows * 4, cudaMemcpyDeviceToHost, b->st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(b->st);
     b->stage_used = b->stage_flushed = 0;
@@ -1069,6 +1087,8 @@ dsp_status cu_markov_greedy(dsp_backend *be, dsp_buf *logits, int n_vocab, const
     /* the forward's own staged bytes (row lists, uploads) may still be on their way from the
      * pinned area: wait before writing there */
     cudaEventSynchronize(b->upload_done);
+    dsp_cu_am am;
+    if ((st = am_ensure(b, n_reqs, &am))) return st;
     const int64_t units = dsp_cu_x_units(rank), stride = ((int64_t)n_reqs + 63) / 64 * 64;
     if ((st = grow(b, (void **)&b->xp, &b->xp_cap, (size_t)n_reqs * (size_t)units, 16, "packed activations")) ||
         (st = grow(b, (void **)&b->xsum, &b->xsum_cap, (size_t)(units / 8) * (size_t)stride, 4, "activation block sums")))
@@ -1106,7 +1126,7 @@ dsp_status cu_markov_greedy(dsp_backend *be, dsp_buf *logits, int n_vocab, const
         err = dsp_cu_markov_gather(w1->d, rank, dtok, src, e->d, m, b->st);
         if (err == cudaSuccess) err = dsp_cu_prep_launch(&pr, m, b->st);
         if (err == cudaSuccess) err = dsp_cu_matmul(1, &wm, &yd, m, &xb, b->st);
-        if (err == cudaSuccess) err = dsp_cu_markov_add_argmax(logits->d, n_vocab, yd, lrow, dst, dtok, m, b->st);
+        if (err == cudaSuccess) err = dsp_cu_markov_add_argmax(logits->d, n_vocab, yd, lrow, dst, dtok, m, &am, b->st);
     }
     if (err == cudaSuccess) err = cudaMemcpyAsync(out, dtok + n_reqs, (size_t)total * 4, cudaMemcpyDeviceToHost, b->st);
     if (err == cudaSuccess) err = cudaStreamSynchronize(b->st);

@@ -27,9 +27,9 @@ extern "C" {
  * dsp_cu_pdl_wait, which returns when the kernel before it has finished and its writes are
  * visible, before it reads that kernel's outputs or writes anything. Both are no-ops for kernels
  * launched plainly. The matmul uses it to have its first weight loads in flight while its input
- * is prepared. The decode path's other kernels (input preparation, RoPE, attention and its merge)
- * are launched the same way through dsp_cu_launch_dep and wait at their first instruction: only
- * their launch overlaps the kernel before. DSP_CUDA_PDL=0 launches everything plainly,
+ * is prepared. The decode path's other kernels (input preparation, RoPE, attention and its merge,
+ * the argmax, the drafter's Markov gather) are launched the same way through dsp_cu_launch_dep and
+ * wait at their first instruction: only their launch overlaps the kernel before. DSP_CUDA_PDL=0 launches everything plainly,
  * DSP_CUDA_PDL=1 only the matmul with PDL (the launches before 2026-12-05). */
 __device__ __forceinline__ void dsp_cu_pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void dsp_cu_pdl_launch_dependents(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
@@ -163,12 +163,19 @@ cudaError_t dsp_cu_swiglu(float *g, const float *u, size_t n, cudaStream_t st);
 cudaError_t dsp_cu_copy_rows(float *dst, size_t dst_ld, size_t dst_col, const float *src, size_t src_ld, size_t src_col,
                              int n_rows, size_t width, cudaStream_t st);
 cudaError_t dsp_cu_kv_copy_block(const dsp_cu_kv *kv, uint32_t dst, uint32_t src, cudaStream_t st);
-cudaError_t dsp_cu_argmax(const float *logits, int n_rows, int n_vocab, int32_t *out, cudaStream_t st);
+/* the argmax kernels' scratch: a ticket per row (zero between launches) and DSP_CU_AM_MAX_SPLIT
+ * (value bits, index) parts per row */
+#define DSP_CU_AM_MAX_SPLIT 64
+typedef struct dsp_cu_am {
+    unsigned *count;
+    int2 *part;
+} dsp_cu_am;
+cudaError_t dsp_cu_argmax(const float *logits, int n_rows, int n_vocab, int32_t *out, const dsp_cu_am *am, cudaStream_t st);
 /* a block drafter's Markov chain, one slot of n_rows requests (cu_markov_greedy): e row i = w1 row
  * tok[src[i]]; then, after y = matmul(w2, e), logits row lrow[i] += y row i and tok[dst[i]] = its argmax */
 cudaError_t dsp_cu_markov_gather(const float *w1, int rank, const int32_t *tok, const int32_t *src, float *e, int n_rows, cudaStream_t st);
 cudaError_t dsp_cu_markov_add_argmax(float *logits, int n_vocab, const float *y, const int32_t *lrow, const int32_t *dst, int32_t *tok,
-                                     int n_rows, cudaStream_t st);
+                                     int n_rows, const dsp_cu_am *am, cudaStream_t st);
 /* per row: ids/logprobs (k each, descending), lse */
 /* GB/s of a streaming read of `bytes` (median of 5), 0 on failure */
 double dsp_cu_read_bandwidth(size_t bytes, int n_sm, cudaStream_t st);

@@ -438,13 +438,86 @@ __device__ void block_argmax(const float *x, int n, const int32_t *skip, int n_s
     for (int w = 1; w < nw; w++) arg_better(bv, bi, shv[w], shi[w]);
 }
 
-__global__ void argmax_kernel(const float *logits, int n_vocab, int32_t *out) {
-    __shared__ float shv[32];
-    __shared__ int shi[32];
-    float v;
-    int i;
-    block_argmax(logits + (int64_t)blockIdx.x * n_vocab, n_vocab, nullptr, 0, shv, shi, v, i);
-    if (threadIdx.x == 0) out[blockIdx.x] = v == -INFINITY ? -1 : i; /* no finite logit */
+/* Argmax of rows split into column ranges: CTA (s, r) takes range s of row r (logits row lrow[r], or
+ * r; with y, logits row += y row r first, written back), leaves its (value, index) in part, and the
+ * range's last CTA to finish (a ticket per row) reduces the row's parts and writes out[dst[r]] (or
+ * out[r]), -1 when no logit is finite, then re-arms the ticket. arg_better is a total order on
+ * (value, -index), so the result is the whole row's argmax with ties to the lower index whatever the
+ * split and the finishing order: the same token as one CTA per row (DSP_CUDA_ARGMAX_SPLIT=0). */
+constexpr int AM_THREADS = 256;
+struct am_args {
+    float *logits;
+    const float *y;
+    const int32_t *lrow, *dst;
+    int32_t *out;
+    int n_vocab, chunk;
+    dsp_cu_am am;
+};
+
+__global__ void __launch_bounds__(AM_THREADS) argmax_split_kernel(am_args a) {
+    dsp_cu_pdl_launch_dependents();
+    dsp_cu_pdl_wait();
+    __shared__ float shv[AM_THREADS / 32];
+    __shared__ int shi[AM_THREADS / 32];
+    __shared__ bool last;
+    const int r = blockIdx.y, s = blockIdx.x, ns = gridDim.x;
+    float *x = a.logits + (int64_t)(a.lrow ? a.lrow[r] : r) * a.n_vocab;
+    const float *b = a.y ? a.y + (int64_t)r * a.n_vocab : nullptr;
+    const int c0 = s * a.chunk, c1 = min(a.n_vocab, c0 + a.chunk);
+    float v = -INFINITY;
+    int idx = 0x7fffffff;
+    if (b) {
+        for (int c = c0 + threadIdx.x; c < c1; c += AM_THREADS) {
+            const float z = x[c] + b[c];
+            x[c] = z;
+            arg_better(v, idx, read_logit(z), c);
+        }
+    } else {
+        for (int c = c0 + threadIdx.x; c < c1; c += AM_THREADS) arg_better(v, idx, read_logit(x[c]), c);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+        const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+        arg_better(v, idx, v2, i2);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) shv[warp] = v, shi[warp] = idx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < AM_THREADS / 32; w++) arg_better(v, idx, shv[w], shi[w]);
+        a.am.part[(int64_t)r * ns + s] = make_int2(__float_as_int(v), idx);
+        __threadfence();
+        last = atomicAdd(&a.am.count[r], 1u) == (unsigned)ns - 1;
+    }
+    __syncthreads();
+    if (!last || threadIdx.x != 0) return;
+    __threadfence();
+    v = -INFINITY, idx = 0x7fffffff;
+    for (int i = 0; i < ns; i++) {
+        const int2 p = __ldcg(&a.am.part[(int64_t)r * ns + i]);
+        arg_better(v, idx, __int_as_float(p.x), p.y);
+    }
+    a.out[a.dst ? a.dst[r] : r] = v == -INFINITY ? -1 : idx;
+    a.am.count[r] = 0;
+}
+
+/* the ranges of a row: about 4,096 columns each (16 per thread), at most DSP_CU_AM_MAX_SPLIT */
+static int am_chunk(int n_vocab) {
+    static const int off = [] {
+        const char *e = getenv("DSP_CUDA_ARGMAX_SPLIT");
+        return e && atoi(e) == 0;
+    }();
+    if (off) return n_vocab;
+    int ns = (n_vocab + 4095) / 4096;
+    if (ns > DSP_CU_AM_MAX_SPLIT) ns = DSP_CU_AM_MAX_SPLIT;
+    return (n_vocab + ns - 1) / ns;
+}
+
+static cudaError_t am_launch(am_args a, int n_rows, cudaStream_t st) {
+    a.chunk = am_chunk(a.n_vocab);
+    const unsigned ns = (unsigned)((a.n_vocab + a.chunk - 1) / a.chunk);
+    return dsp_cu_launch_dep(argmax_split_kernel, dim3(ns, (unsigned)n_rows), dim3(AM_THREADS), 0, st, a);
 }
 
 __global__ void top_logprobs_kernel(const float *logits, int n_vocab, int k, int32_t *ids, float *lp, float *lse) {
@@ -602,43 +675,26 @@ cudaError_t dsp_cu_kv_copy_block(const dsp_cu_kv *kv, uint32_t dst, uint32_t src
     return cudaGetLastError();
 }
 
-cudaError_t dsp_cu_argmax(const float *logits, int n_rows, int n_vocab, int32_t *out, cudaStream_t st) {
-    argmax_kernel<<<(unsigned)n_rows, 1024, 0, st>>>(logits, n_vocab, out);
-    return cudaGetLastError();
+cudaError_t dsp_cu_argmax(const float *logits, int n_rows, int n_vocab, int32_t *out, const dsp_cu_am *am, cudaStream_t st) {
+    return am_launch({const_cast<float *>(logits), nullptr, nullptr, nullptr, out, n_vocab, 0, *am}, n_rows, st);
 }
 
 /* block i: e row i = w1 row tok[src[i]] (rank floats) */
 __global__ void markov_gather_kernel(const float *w1, int rank, const int32_t *tok, const int32_t *src, float *e) {
+    dsp_cu_pdl_launch_dependents();
+    dsp_cu_pdl_wait();
     const float *w = w1 + (int64_t)tok[src[blockIdx.x]] * rank;
     for (int c = threadIdx.x; c < rank; c += blockDim.x) e[(int64_t)blockIdx.x * rank + c] = w[c];
 }
 
-/* block i: logits row lrow[i] += y row i, then tok[dst[i]] = its argmax (as argmax_kernel) */
-__global__ void markov_add_argmax_kernel(float *logits, int n_vocab, const float *y, const int32_t *lrow, const int32_t *dst,
-                                         int32_t *tok) {
-    __shared__ float shv[32];
-    __shared__ int shi[32];
-    float *x = logits + (int64_t)lrow[blockIdx.x] * n_vocab;
-    const float *b = y + (int64_t)blockIdx.x * n_vocab;
-    for (int c = threadIdx.x; c < n_vocab; c += blockDim.x) x[c] += b[c];
-    __syncthreads();
-    float v;
-    int i;
-    block_argmax(x, n_vocab, nullptr, 0, shv, shi, v, i);
-    if (threadIdx.x == 0) tok[dst[blockIdx.x]] = v == -INFINITY ? -1 : i;
-}
-
 cudaError_t dsp_cu_markov_gather(const float *w1, int rank, const int32_t *tok, const int32_t *src, float *e, int n_rows, cudaStream_t st) {
-    markov_gather_kernel<<<(unsigned)n_rows, 256, 0, st>>>(w1, rank, tok, src, e);
-    return cudaGetLastError();
+    return dsp_cu_launch_dep(markov_gather_kernel, dim3((unsigned)n_rows), dim3(256), 0, st, w1, rank, tok, src, e);
 }
 
 cudaError_t dsp_cu_markov_add_argmax(float *logits, int n_vocab, const float *y, const int32_t *lrow, const int32_t *dst, int32_t *tok,
-                                     int n_rows, cudaStream_t st) {
-    markov_add_argmax_kernel<<<(unsigned)n_rows, 1024, 0, st>>>(logits, n_vocab, y, lrow, dst, tok);
-    return cudaGetLastError();
+                                     int n_rows, const dsp_cu_am *am, cudaStream_t st) {
+    return am_launch({logits, y, lrow, dst, tok, n_vocab, 0, *am}, n_rows, st);
 }
-
 cudaError_t dsp_cu_top_logprobs(const float *logits, int n_rows, int n_vocab, int k, int32_t *ids, float *lp, float *lse,
                                 cudaStream_t st) {
     if (k > 64) return cudaErrorInvalidValue;
