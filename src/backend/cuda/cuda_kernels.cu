@@ -416,14 +416,9 @@ __device__ __forceinline__ void arg_better(float &v, int &i, float v2, int i2) {
 }
 
 /* block-wide argmax over x[0, n) skipping `skip` (k excluded ids); fixed reduction shape */
-__device__ void block_argmax(const float *x, int n, const int32_t *skip, int n_skip, float *shv, int *shi, float &bv, int &bi) {
-    float v = -INFINITY;
-    int idx = 0x7fffffff;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        bool skipped = false;
-        for (int s = 0; s < n_skip; s++) skipped |= skip[s] == i;
-        if (!skipped) arg_better(v, idx, read_logit(x[i]), i);
-    }
+/* the CTA's best of each thread's (v, idx): a butterfly per warp, then the warps in order; every
+ * thread gets it (shv, shi: one slot per warp) */
+__device__ void block_arg_reduce(float v, int idx, float *shv, int *shi, float &bv, int &bi) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
@@ -436,6 +431,17 @@ __device__ void block_argmax(const float *x, int n, const int32_t *skip, int n_s
     __syncthreads();
     bv = shv[0], bi = shi[0];
     for (int w = 1; w < nw; w++) arg_better(bv, bi, shv[w], shi[w]);
+}
+
+__device__ void block_argmax(const float *x, int n, const int32_t *skip, int n_skip, float *shv, int *shi, float &bv, int &bi) {
+    float v = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        bool skipped = false;
+        for (int s = 0; s < n_skip; s++) skipped |= skip[s] == i;
+        if (!skipped) arg_better(v, idx, read_logit(x[i]), i);
+    }
+    block_arg_reduce(v, idx, shv, shi, bv, bi);
 }
 
 /* Argmax of rows split into column ranges: CTA (s, r) takes range s of row r (logits row lrow[r], or
@@ -475,17 +481,8 @@ __global__ void __launch_bounds__(AM_THREADS) argmax_split_kernel(am_args a) {
     } else {
         for (int c = c0 + threadIdx.x; c < c1; c += AM_THREADS) arg_better(v, idx, read_logit(x[c]), c);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
-        const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
-        arg_better(v, idx, v2, i2);
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) shv[warp] = v, shi[warp] = idx;
-    __syncthreads();
+    block_arg_reduce(v, idx, shv, shi, v, idx);
     if (threadIdx.x == 0) {
-        for (int w = 1; w < AM_THREADS / 32; w++) arg_better(v, idx, shv[w], shi[w]);
         a.am.part[(int64_t)r * ns + s] = make_int2(__float_as_int(v), idx);
         __threadfence();
         last = atomicAdd(&a.am.count[r], 1u) == (unsigned)ns - 1;
