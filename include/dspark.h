@@ -223,6 +223,10 @@ typedef struct dsp_engine_params {
                              * prefilled, higher prefills it sooner */
     bool no_prefix_cache;   /* never reuse KV across requests */
     bool progress;          /* weight upload progress on stderr */
+    bool reserve_memory;    /* make the KV pool and the engine's buffers resident at creation (the server
+                             * does): memory then stays flat under load instead of growing until the
+                             * prefix cache fills the pool, and a pool the machine cannot provide is an
+                             * error now rather than an out-of-memory kill later */
     const char *draft_model; /* a block drafter (DFlash or DSpark): a Hugging Face directory or a repo id in
                               * the hub cache; NULL: none. Checked against the model (hidden size,
                               * vocabulary, tap layers, mask token, embedding/head copies) at creation. */
@@ -421,6 +425,7 @@ typedef struct dsp_engine_stats {
     uint32_t waiting, running;
     uint32_t peak_running;  /* most requests that shared one round */
     uint32_t kv_blocks, kv_blocks_used, kv_blocks_cached, block_tokens;
+    uint64_t kv_bytes;      /* the pool's K/V memory (target and block drafter) */
     uint64_t requests, prompt_tokens, cached_tokens, generated_tokens;
     uint64_t rounds, spec_rounds, drafted, accepted, evicted_blocks;
     uint64_t accept_hist[DSP_MAX_DRAFT + 2]; /* verify rounds by tokens they decided */

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static dsp_model *g_m;
 static dsp_engine *g_e;
@@ -459,6 +460,52 @@ static void test_no_leaks(void) {
     dsp_engine_destroy(e);
 }
 
+static uint64_t rss_bytes(void) {
+    unsigned long size = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%lu %lu", &size, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* reserve_memory (the server's): the KV pool is resident right after creation, so memory does not
+ * grow as the prefix cache fills it; without it the pool's pages come as blocks are first written. */
+static void test_reserve_memory(void) {
+    for (int reserve = 0; reserve < 2; reserve++) {
+        dsp_engine_params ep = dsp_engine_default_params();
+        ep.n_ctx = 512;
+        ep.kv_tokens = 4096;
+        ep.n_threads = 2;
+        ep.max_batch = 2;
+        ep.reserve_memory = reserve;
+        dsp_engine *e = NULL;
+        const uint64_t before = rss_bytes();
+        CHECK_MSG(dsp_engine_create(g_m, &ep, &e) == DSP_OK, "%s", dsp_last_error());
+        if (!e) return;
+        const uint64_t grew = rss_bytes() - before;
+        dsp_engine_stats st;
+        dsp_engine_get_stats(e, &st);
+        const dsp_hparams *hp = &g_m->hp;
+        CHECK_EQ_INT((long long)st.kv_bytes, (long long)st.kv_blocks * st.block_tokens * 2 * hp->n_layer * hp->kv_dim * (long long)sizeof(float));
+        CHECK(st.kv_blocks * st.block_tokens >= 4096);
+        if (reserve)
+            CHECK_MSG(grew >= st.kv_bytes, "reserved: RSS grew %llu bytes, the pool is %llu", (unsigned long long)grew, (unsigned long long)st.kv_bytes);
+        else
+            CHECK_MSG(grew < st.kv_bytes / 2, "lazy: RSS grew %llu bytes, the pool is %llu", (unsigned long long)grew, (unsigned long long)st.kv_bytes);
+        int32_t p[64];
+        int n = tokenize(CHAT("Hi"), p, 64);
+        dsp_gen_params gp = dsp_gen_default_params();
+        gp.max_tokens = 4;
+        collected a = {0};
+        dsp_gen_result r;
+        CHECK_MSG(dsp_generate(e, p, (size_t)n, &gp, collect, &a, &r) == DSP_OK, "%s", dsp_last_error());
+        CHECK_EQ_INT(a.n, 4);
+        dsp_engine_destroy(e);
+    }
+}
+
 /* One prefill chunk of thousands of tokens (issue: a fixed 4096-row scratch once overflowed here).
  * On a width-64 model built in memory (tests/gguf_build.h): the rows matter here, not the width, and
  * under ASan a 4,400-token prefill of the default model took minutes. */
@@ -509,6 +556,7 @@ int main(void) {
     DSP_RUN(test_cancel_prefill_and_decode);
     DSP_RUN(test_kv_pressure);
     DSP_RUN(test_no_leaks);
+    DSP_RUN(test_reserve_memory);
     DSP_RUN(test_large_batch);
     dsp_engine_destroy(g_e);
     dsp_model_destroy(g_m);

@@ -53,6 +53,8 @@ typedef struct dsp_backend_params {
                              * DSP_BF16 (--kv-type) */
     bool f32_activations;   /* CPU: f32 activations for every matmul (dsp_precision F32); default: 8-bit
                              * activations for the quantized types ops.h lists */
+    bool reserve;           /* CPU: make the KV stores resident at creation (dsp_mem_populate) instead of
+                             * as their blocks are first written (the GPU's are device memory anyway) */
 } dsp_backend_params;
 
 /* One forward's rows (host memory, valid from begin to end). */

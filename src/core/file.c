@@ -62,6 +62,24 @@ bool dsp_file_drop_pages(const void *p, size_t n) {
     return done;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+bool dsp_mem_populate(void *p, size_t n) {
+    if (!p || !n) return true;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), s = (uintptr_t)p, a = (s + page - 1) / page * page, b = (s + n) / page * page;
+    const bool done = b > a && madvise((void *)a, b - a, MADV_POPULATE_WRITE) == 0;
+    if (!done && b > a && (errno == ENOMEM || errno == EFAULT)) return false;
+    /* the partial pages at either end, or every page where madvise did not run (EINVAL: an older
+     * kernel); a step of one page from p lands in every page of the range but the last */
+    volatile uint8_t *c = p;
+    for (size_t i = 0; i < n; i += page)
+        if (!done || s + i < a || s + i >= b) c[i] = c[i];
+    c[n - 1] = c[n - 1];
+    return true;
+}
+
 dsp_status dsp_file_map_open(const char *path, dsp_file_map *m) {
     memset(m, 0, sizeof *m);
     int fd = -1;

@@ -11,6 +11,7 @@
  * drafter); a round itself allocates only when the event array must grow. */
 #include "engine/engine.h"
 
+#include "core/file.h"
 #include "core/log.h"
 
 #include <math.h>
@@ -190,7 +191,8 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
                                         : p.kv_type == DSP_KV_BF16 ? DSP_BF16
                                         : p.kv_type == DSP_KV_F32  ? DSP_F32
                                                                    : 0,
-                             .f32_activations = p.precision == DSP_PRECISION_F32};
+                             .f32_activations = p.precision == DSP_PRECISION_F32,
+                             .reserve = p.reserve_memory};
     dsp_status st = dsp_backend_create(&bp, &e->be);
     if (st) {
         free(e);
@@ -273,6 +275,11 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
         dsp_engine_destroy(e);
         return dsp_error(DSP_ERR_NOMEM, "no memory for the engine (vocabulary %d, %d logits rows)", e->n_vocab, e->max_rows);
     }
+    if (p.reserve_memory && (!dsp_mem_populate(e->logits, sizeof(float) * (size_t)e->n_vocab * (size_t)e->max_rows) ||
+                             !dsp_mem_populate(e->scratch_mem, sbytes) || !dsp_mem_populate(e->dist_mem, dbytes))) {
+        dsp_engine_destroy(e);
+        return dsp_error(DSP_ERR_NOMEM, "no memory for the engine (vocabulary %d, %d logits rows)", e->n_vocab, e->max_rows);
+    }
     if (e->bd && (st = dsp_engine_draft_init(e, p.draft_model, p.draft_vocab))) {
         dsp_engine_destroy(e);
         return st;
@@ -281,6 +288,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     dsp_sample_dist_init(&e->dist, e->dist_mem, dbytes, e->n_vocab);
     e->st.kv_blocks = e->kv->n_blocks;
     e->st.block_tokens = (uint32_t)e->kv->block_tokens;
+    e->st.kv_bytes = (uint64_t)e->st.kv_blocks * e->st.block_tokens * per_token;
     *out = e;
     return DSP_OK;
 }

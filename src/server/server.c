@@ -33,6 +33,7 @@ void dsp_srv_config_default(dsp_srv_config *c) {
     c->spec.max_draft = DSP_DRAFT_AUTO;
     c->cp = dsp_engine_default_params();
     c->cp.max_batch = 8;
+    c->cp.reserve_memory = true; /* the KV pool resident from the start: RSS does not grow with the cache */
 }
 
 dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
@@ -92,8 +93,8 @@ dsp_status dsp_srv_create(const dsp_srv_config *cfg, dsp_srv **out) {
     s->n_ctx = dsp_engine_n_ctx(s->engine);
     dsp_engine_stats es;
     dsp_engine_get_stats(s->engine, &es);
-    fprintf(stderr, "dspark serve: engine on %s: %u-token context, up to %d requests per round, KV cache %u tokens%s\n",
-            dsp_engine_backend(s->engine), s->n_ctx, cfg->cp.max_batch, es.kv_blocks * es.block_tokens,
+    fprintf(stderr, "dspark serve: engine on %s: %u-token context, up to %d requests per round, KV cache %u tokens (%.0f MiB, reserved)%s\n",
+            dsp_engine_backend(s->engine), s->n_ctx, cfg->cp.max_batch, es.kv_blocks * es.block_tokens, (double)es.kv_bytes / 1048576.0,
             cfg->cp.no_prefix_cache ? " (no prefix cache)" : " with prefix cache");
     size_t tl = 0;
     const char *tsrc = s->template_src ? s->template_src : dsp_model_chat_template(s->model, &tl);

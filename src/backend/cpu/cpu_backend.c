@@ -65,6 +65,7 @@ typedef struct cpu_backend {
     size_t wrow_per_thread;
     bool q8;                 /* 8-bit activations for the q8 weight types */
     int kv_kind;             /* K/V element type of the stores it creates (dsp_kv_store.kind) */
+    bool reserve;            /* dsp_backend_params.reserve */
     uint8_t *xq;             /* (max_tokens, q8 row of max_width): the current matmul input, quantized */
     size_t xq_row;           /* dsp_cpu_q8_row_bytes(max_width) */
     float *scores;           /* (n_threads, ATT_TOKENS * max_group, max_keys) */
@@ -227,7 +228,7 @@ static dsp_status cpu_kv_create(dsp_backend *be, int n_layers, int kv_dim, int b
     kv->kind = kind, kv->esz = esz;
     kv->k = calloc(elems, esz);
     kv->v = calloc(elems, esz);
-    if (!kv->k || !kv->v) {
+    if (!kv->k || !kv->v || (cpu(be)->reserve && (!dsp_mem_populate(kv->k, elems * esz) || !dsp_mem_populate(kv->v, elems * esz)))) {
         free(kv->k), free(kv->v), free(kv);
         return dsp_error(DSP_ERR_NOMEM, "kv store: cannot allocate %" PRIu64 " MiB", (uint64_t)(2 * elems * esz) >> 20);
     }
@@ -662,6 +663,7 @@ dsp_status dsp_backend_cpu_create(const dsp_backend_params *p, dsp_backend **out
         return dsp_error(DSP_ERR_UNSUPPORTED, "K/V type %s: the CPU keeps K/V in F32, F16 or BF16", dsp_dtype_name((uint32_t)kvt) ? dsp_dtype_name((uint32_t)kvt) : "unknown");
     }
     c->kv_kind = kvt == DSP_F16 ? 1 : kvt == DSP_BF16 ? 2 : 0;
+    c->reserve = p && p->reserve;
     int nt = p && p->n_threads > 0 ? p->n_threads : dsp_physical_cores();
     dsp_status st = dsp_pool_create(nt, &c->pool);
     if (st) {
