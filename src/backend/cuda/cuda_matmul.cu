@@ -12,8 +12,9 @@
  *   CTA     S warps, warp w reducing groups [w G / S, (w + 1) G / S) of the k range; S is a
  *           property of the weight (dsp_cu_mm_slices), never of the batch;
  *   warp    per 16-wide k step: decode A (16 rows, pack.h/frag.h) in registers, then for each
- *           n-tile two mma.m16n8k16 (activations hi and lo); quantized blocks accumulate in a
- *           fresh f32 partial that is scaled into the warp's total at the block's end;
+ *           n-tile two mma.m16n8k16 (activations hi and lo; at 1-8 rows, 1-16 for float
+ *           weights, a load batch's activations are fetched ahead, AR below); quantized blocks
+ *           accumulate in a fresh f32 partial that is scaled into the warp's total at the block's end;
  *   then    the S partial totals are added in warp order through shared memory.
  *
  * Each output element is thus one fixed chain of mma and fma operations determined by the weight's
@@ -93,6 +94,15 @@ __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* The same mma kept in program order with the loads (volatile): the activation-in-registers
+ * kernels (AR) issue every load of a batch before its first mma; a plain asm may be scheduled
+ * between them, and register reuse then waits for each load in turn. */
+__device__ __forceinline__ void mma_ordered(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ uint32_t byte_of(const uint4 &v, int j) {
     const uint32_t w = j < 4 ? v.x : j < 8 ? v.y : j < 12 ? v.z : v.w;
     return (w >> (8 * (j & 3))) & 0xffu;
@@ -150,13 +160,29 @@ template <uint32_t T> constexpr int block_steps() { return is_float<T>() ? 0 : T
  * (8 warps leave a thread up to 255). */
 template <uint32_t T> constexpr int max_slices() { return is_float<T>() ? MAX_S : MAX_S / 2; }
 
-template <uint32_t T, int NT, int MT>
+/* AR (decode and short verify blocks, mm_actreg): a batch's activation fragments are loaded into
+ * registers together, right after its weight loads were issued, so that their L2 round trips
+ * overlap the weights' and each other's instead of coming one per k step after the weights have
+ * arrived (ncu, H100, BF16 at one row: 83% of the warps' cycles were waits on these loads). The
+ * batch is half (float weights) or a quarter (Q8_0, Q4_0, Q4_1) as many groups, which keeps the
+ * registers at or below the per-step kernel's; a K-quant group's 16 k steps load 4 at a time. The
+ * arithmetic is the same chain: only the loads move. */
+template <uint32_t T, int NT, int MT, bool AR = false>
 __global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args a) {
     using C = mmt<T>;
     constexpr int STEPS = C::KG / 16, BST = block_steps<T>(), NV = C::LB / 16;
     constexpr int64_t GB = 32 * C::LB + C::SB;
     /* fewer groups in flight when many n-tiles hold registers (and compute hides the latency) */
-    constexpr int U = MT > 1 ? 1 : NT >= 8 ? (C::U >= 4 ? C::U / 4 : 1) : NT >= 4 ? (C::U >= 2 ? C::U / 2 : 1) : C::U;
+    constexpr bool KQ = C::KG == 256;
+    /* AR: k steps per activation load (a K-quant group's 16 steps in 4 loads of 4), and the groups
+     * of a batch whose activations are loaded at once (all, or one at a time for the K-quants) */
+    constexpr int CH = KQ ? 4 : STEPS;
+    constexpr int U = MT > 1                   ? 1
+                      : AR                     ? (is_float<T>() ? C::U / 2 : KQ ? C::U : C::U / 4)
+                      : NT >= 8                ? (C::U >= 4 ? C::U / 4 : 1)
+                      : NT >= 4                ? (C::U >= 2 ? C::U / 2 : 1)
+                                               : C::U;
+    constexpr int XU = KQ ? 1 : U;
     const int bx = blockIdx.y; /* the tile; blockIdx.x, the token group, varies fastest: the CTAs that
                                 * read the same weight tile run together and share it through L2 */
     const int mi = (a.n_mats > 2 && bx >= a.m[2].tile0) ? 2 : (a.n_mats > 1 && bx >= a.m[1].tile0) ? 1 : 0;
@@ -207,6 +233,30 @@ __global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args 
         /* every (row, token) element sees the same chain whatever MT and NT: per 16-wide k step the
          * mma with the activations' hi, then lo (then the weights' lo), and at a block's end its scale */
         auto multiply = [&](int64_t c, const uint4 (&wv)[MT][U][NV], const lane_scales (&sc)[MT][U]) {
+            /* AR: the activation fragments of XU groups x CH k steps, loaded together */
+            uint4 xa[AR ? XU : 1][AR ? CH : 1][NT];
+            auto fetch = [&](int u0, int s0) {
+#pragma unroll
+                for (int u = 0; u < XU; u++)
+#pragma unroll
+                    for (int i = 0; i < CH; i++)
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++)
+                            xa[u][i][nt] = c + u0 + u < c1 && tok_ok[nt] ? ld_act(xrow[nt] + (c + u0 + u) * (C::KG / 4) + 4 * (s0 + i) + t)
+                                                                       : make_uint4(0, 0, 0, 0);
+                /* ptxas interleaves loads and mma to save registers, which puts a load's round trip
+                 * between mma again: make the first mma's input depend on every load (through a zero
+                 * the compiler cannot see: n_rows < 2^31), so that all of them are issued first */
+                uint32_t dep = 0;
+#pragma unroll
+                for (int u = 0; u < XU; u++)
+#pragma unroll
+                    for (int i = 0; i < CH; i++)
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++) dep |= xa[u][i][nt].x;
+                xa[0][0][0].x |= dep & ((uint32_t)a.n_rows >> 31);
+            };
+            if constexpr (AR && XU == U) fetch(0, 0);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (c + u >= c1) break;
@@ -217,6 +267,8 @@ __global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args 
                     for (int nt = 0; nt < NT; nt++) blk[mt][nt][0] = blk[mt][nt][1] = blk[mt][nt][2] = blk[mt][nt][3] = 0.0f;
 #pragma unroll
                 for (int s = 0; s < STEPS; s++) {
+                    if constexpr (AR && XU == 1)
+                        if (s % CH == 0) fetch(u, s);
                     uint32_t A[MT][4], Al[MT][4];
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
@@ -227,10 +279,16 @@ __global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args 
                     const int64_t ku = (c + u) * (C::KG / 4) + 4 * s + t;
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) {
-                        const uint4 xb = tok_ok[nt] ? ld_act(xrow[nt] + ku) : make_uint4(0, 0, 0, 0);
+                        uint4 xb;
+                        if constexpr (AR) xb = xa[XU == 1 ? 0 : u][s % CH][nt];
+                        else xb = tok_ok[nt] ? ld_act(xrow[nt] + ku) : make_uint4(0, 0, 0, 0);
 #pragma unroll
                         for (int mt = 0; mt < MT; mt++) {
-                            if constexpr (is_float<T>()) {
+                            if constexpr (is_float<T>() && AR) {
+                                mma_ordered(tot[mt][nt], A[mt], xb.x, xb.y);
+                                mma_ordered(tot[mt][nt], A[mt], xb.z, xb.w);
+                                if constexpr (T != DSP_BF16) mma_ordered(tot[mt][nt], Al[mt], xb.x, xb.y);
+                            } else if constexpr (is_float<T>()) {
                                 mma(tot[mt][nt], A[mt], xb.x, xb.y);
                                 mma(tot[mt][nt], A[mt], xb.z, xb.w);
                                 if constexpr (T != DSP_BF16) mma(tot[mt][nt], Al[mt], xb.x, xb.y);
@@ -327,6 +385,17 @@ static int mm_mt(void) {
     return mt;
 }
 
+/* Which kernels load a batch's activations ahead (AR; one n-tile for every type, two for float
+ * weights): DSP_CUDA_MM_ACTREG bit 0 float weights, bit 1 the quantized ones (default 3; 0: the
+ * per-step loads everywhere, to compare). */
+static int mm_actreg(void) {
+    static const int v = [] {
+        const char *e = getenv("DSP_CUDA_MM_ACTREG");
+        return e ? atoi(e) : 3;
+    }();
+    return v;
+}
+
 template <uint32_t T>
 cudaError_t launch_type(mm_args a, int S_max, cudaStream_t st) {
     const int MT = two_tiles<T>() && a.n_rows > 64 ? mm_mt() : 1;
@@ -340,6 +409,11 @@ cudaError_t launch_type(mm_args a, int S_max, cudaStream_t st) {
     const dim3 block((unsigned)(32 * S_max));
     if constexpr (two_tiles<T>())
         if (MT == 2) return dsp_cu_launch_pdl(mm_kernel<T, two_tile_nt<T>(), 2>, grid, block, mm_smem<T, two_tile_nt<T>()>(S_max), st, a);
+    if (mm_actreg() & (is_float<T>() ? 1 : 2)) {
+        if (nt == 1) return dsp_cu_launch_pdl(mm_kernel<T, 1, 1, true>, grid, block, mm_smem<T, 1>(S_max), st, a);
+        if constexpr (is_float<T>()) /* quantized: Q8_0 measured 8% slower at 9 rows (H100) */
+            if (nt == 2) return dsp_cu_launch_pdl(mm_kernel<T, 2, 1, true>, grid, block, mm_smem<T, 2>(S_max), st, a);
+    }
     switch (nt) {
     case 1: return dsp_cu_launch_pdl(mm_kernel<T, 1, 1>, grid, block, mm_smem<T, 1>(S_max), st, a);
     case 2: return dsp_cu_launch_pdl(mm_kernel<T, 2, 1>, grid, block, mm_smem<T, 2>(S_max), st, a);
