@@ -225,8 +225,8 @@ typedef struct dsp_engine_params {
     bool progress;          /* weight upload progress on stderr */
     bool reserve_memory;    /* make the KV pool and the engine's buffers resident at creation (the server
                              * does): memory then stays flat under load instead of growing until the
-                             * prefix cache fills the pool, and a pool the machine cannot provide is an
-                             * error now rather than an out-of-memory kill later */
+                             * prefix cache fills the pool, and a pool the machine cannot provide fails
+                             * now (an error, or the kernel's OOM killer) rather than later under load */
     const char *draft_model; /* a block drafter (DFlash or DSpark): a Hugging Face directory or a repo id in
                               * the hub cache; NULL: none. Checked against the model (hidden size,
                               * vocabulary, tap layers, mask token, embedding/head copies) at creation. */

@@ -33,7 +33,8 @@ bool dsp_file_drop_pages(const void *p, size_t n);
 /* Make every page of [p, p + n) resident now (MADV_POPULATE_WRITE; where the kernel lacks it, a
  * read-and-write-back of one byte per page: the contents are unchanged), so that memory allocated
  * lazily (a large calloc) is counted and committed at once rather than as it is first used. False
- * when the kernel cannot provide the pages (ENOMEM): a clear error now instead of an OOM kill later. */
+ * when the kernel reports it cannot provide the pages (ENOMEM). Under overcommit the kernel's OOM
+ * killer may act instead; either way now, not later under load. */
 bool dsp_mem_populate(void *p, size_t n);
 
 /* Read all of `path` ("-" reads standard input) into a malloc'd buffer with a NUL after the last
