@@ -73,7 +73,7 @@ static bool same(const collected *a, const collected *b) {
 
 static dsp_kv_type g_kv_type; /* of the engines make_engine creates */
 
-static dsp_engine *make_engine(int max_batch, int batch_tokens, uint32_t kv_tokens, bool prefix_cache) {
+static dsp_engine_params engine_params(int max_batch, int batch_tokens, uint32_t kv_tokens, bool prefix_cache) {
     dsp_engine_params ep = dsp_engine_default_params();
     ep.kv_type = g_kv_type;
     ep.n_ctx = 512;
@@ -82,6 +82,11 @@ static dsp_engine *make_engine(int max_batch, int batch_tokens, uint32_t kv_toke
     ep.max_batch = max_batch;
     ep.batch_tokens = batch_tokens;
     ep.no_prefix_cache = !prefix_cache;
+    return ep;
+}
+
+static dsp_engine *make_engine(int max_batch, int batch_tokens, uint32_t kv_tokens, bool prefix_cache) {
+    dsp_engine_params ep = engine_params(max_batch, batch_tokens, kv_tokens, prefix_cache);
     dsp_engine *e = NULL;
     CHECK(dsp_engine_create(g_m, &ep, &e) == DSP_OK);
     return e;
@@ -477,11 +482,7 @@ static uint64_t rss_bytes(void) {
  * reservation does nothing. */
 static void test_reserve_memory(void) {
     for (int reserve = 0; reserve < 2; reserve++) {
-        dsp_engine_params ep = dsp_engine_default_params();
-        ep.n_ctx = 512;
-        ep.kv_tokens = 4096;
-        ep.n_threads = 2;
-        ep.max_batch = 2;
+        dsp_engine_params ep = engine_params(2, 512, 4096, true);
         ep.reserve_memory = reserve;
         dsp_engine *e = NULL;
         const uint64_t before = rss_bytes();

@@ -271,12 +271,9 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     e->done_cap = (size_t)e->max_batch + 16;
     e->done = malloc(e->done_cap * sizeof *e->done);
     if (!e->logits || (dsp_fwd_has_argmax(e->fwd) && !e->argmax) || !e->scratch_mem || !e->dist_mem || !e->running || !e->bseqs || !e->btok || !e->bpos || !e->bseq || !e->brow || !e->ev ||
-        !e->done || !e->creqs) {
-        dsp_engine_destroy(e);
-        return dsp_error(DSP_ERR_NOMEM, "no memory for the engine (vocabulary %d, %d logits rows)", e->n_vocab, e->max_rows);
-    }
-    if (p.reserve_memory && (!dsp_mem_populate(e->logits, sizeof(float) * (size_t)e->n_vocab * (size_t)e->max_rows) ||
-                             !dsp_mem_populate(e->scratch_mem, sbytes) || !dsp_mem_populate(e->dist_mem, dbytes))) {
+        !e->done || !e->creqs ||
+        (p.reserve_memory && (!dsp_mem_populate(e->logits, sizeof(float) * (size_t)e->n_vocab * (size_t)e->max_rows) ||
+                              !dsp_mem_populate(e->scratch_mem, sbytes) || !dsp_mem_populate(e->dist_mem, dbytes)))) {
         dsp_engine_destroy(e);
         return dsp_error(DSP_ERR_NOMEM, "no memory for the engine (vocabulary %d, %d logits rows)", e->n_vocab, e->max_rows);
     }
