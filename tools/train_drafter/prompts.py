@@ -126,10 +126,87 @@ _MORE_TEMPLATES = {
     "w": ["Please write {w}.", "Could you write {w}? Keep it short.", "Write {w} for a young reader."],
 }
 
+# the seventh recipe's chat prompts: more subjects and more ways of asking, every template (the
+# second recipe's too) with every subject of its kind (~10 k prompts; the greedy answers to them
+# were the data that raised held-out chat acceptance the most)
+_TOPICS_V7 = [
+    "learning a second instrument", "writing a thesis", "running a book club", "becoming a morning person",
+    "travelling with children", "getting started with woodworking", "learning to cook Indian food",
+    "preparing a presentation", "living with roommates", "keeping an aquarium", "learning sign language",
+    "writing poetry", "improving handwriting", "learning to dance", "becoming a better writer",
+    "quitting sugar", "planning a road trip", "mentoring a junior colleague", "learning to juggle",
+    "organising digital photos", "repairing old furniture", "growing a lemon tree indoors",
+    "learning to skateboard", "building a gaming PC", "teaching an old dog new tricks", "making soap",
+    "brewing tea properly", "starting a compost heap", "speaking up in meetings", "learning a programming language",
+    "saving for a house", "paying off debt", "finding a hobby", "coping with homesickness",
+    "preparing for a marathon in hot weather", "studying abroad", "learning to ski", "writing a song",
+    "cooking vegetarian meals", "keeping a tidy desk", "getting better at maths", "learning to meditate",
+    "fixing a slow computer", "choosing a bicycle", "planting a tree", "making friends as an adult",
+    "visiting a museum with kids", "writing a speech", "learning calligraphy", "hosting a board game night",
+]
+_CONCEPTS_V7 = [
+    "tsunamis", "the northern lights", "the metric system", "money", "credit scores", "the Great Wall of China",
+    "the Moon landing", "mitochondria", "proteins", "enzymes", "the nervous system", "bones", "muscles",
+    "the digestive system", "fermentation", "batteries", "transistors", "the telephone", "radio", "television",
+    "the steam engine", "the Internet of Things", "virtual reality", "robots", "self-driving cars",
+    "artificial intelligence", "quantum computers", "spreadsheets", "email", "social media", "search engines",
+    "copyright", "elections", "the United Nations", "human rights", "the Middle Ages", "the Vikings",
+    "the Aztecs", "ancient Greece", "the Byzantine Empire", "the Ming dynasty", "the American Revolution",
+    "the printing of money", "mortgages", "pensions", "index funds", "renewable energy", "nuclear power",
+    "recycling", "biodiversity", "bird migration", "photosynthesis in algae", "soil", "rivers", "oceans",
+    "mountains", "caves", "the Sahara", "the Amazon river", "Antarctica",
+]
+_WRITING_V7 = [
+    "a poem about a lighthouse", "a short story about a brave mouse", "a letter to your future self",
+    "a short speech for a retirement party", "a story about a village that loses its music",
+    "a description of a winter morning", "a short story about two friends on a boat",
+    "a poem about a grandmother's kitchen", "a cover letter for a library assistant job",
+    "a short story about a detective cat", "an email inviting colleagues to a team lunch",
+    "a children's story about sharing", "a short story set in a busy train station",
+    "a poem about the first day of spring", "a review of a film about space", "a story about a magic umbrella",
+    "a short story about a robot and a child", "a motivational speech for a football team",
+    "a diary entry of an astronaut on the moon", "a story about a talking tree",
+    "a complaint letter about a noisy neighbour", "a short story about finding a lost ring",
+    "a poem about friendship", "a product description for a smart lamp", "a fable about a fox and a crow",
+    "a short mystery set in a museum", "a thank-you letter to a nurse", "a story about a kite that flies away",
+    "a description of a summer festival", "a short story about an inventor's first failure",
+]
+_V7_TEMPLATES = {
+    "t": ["What are the first three steps for {t}?", "I keep failing at {t}. What am I doing wrong?",
+          "Explain the basics of {t} in simple terms.", "What tools or things do I need for {t}?",
+          "How long does it usually take to get good at {t}?", "Give me a checklist for {t}.",
+          "What is the most important thing to remember about {t}?", "How can I make {t} more fun?",
+          "What are some good habits for {t}?", "Can you give me a weekly routine for {t}?",
+          "I have only 15 minutes a day. How can I make progress with {t}?",
+          "What questions should I ask an expert about {t}?", "Tell me a short story about someone {t}.",
+          "Write a short motivational message for someone {t}.", "What are three myths about {t}?",
+          "How do I know if I am doing well at {t}?", "What should I avoid when {t}?",
+          "Explain {t} to someone who has never tried it.", "How can two friends help each other with {t}?",
+          "Summarise the best advice about {t} in five sentences."],
+    "c": ["Can you explain {c} in simple words?", "What would happen if there were no {c}?",
+          "Who discovered or invented {c}, and why does it matter?", "Explain {c} using an everyday analogy.",
+          "What are the main parts of {c}?", "Write a short quiz with three questions about {c}.",
+          "How has our understanding of {c} changed over time?", "What is the history of {c}?",
+          "Describe {c} in three sentences.", "What questions do children often ask about {c}?",
+          "What are the advantages and disadvantages of {c}?", "Give me a short summary of {c} for a school report.",
+          "How is {c} connected to everyday life?", "What are some surprising things about {c}?",
+          "Explain {c} to a high school student.", "What is the difference between {c} and something similar?",
+          "List the key terms I should know about {c}, with short definitions.",
+          "Why do some people find {c} confusing?", "Write a short paragraph about {c} for a blog.",
+          "How would you explain {c} to your grandmother?", "What are the most important facts about {c}?",
+          "I am writing an essay on {c}. What points should I include?"],
+    "w": ["Write {w}. Use simple language.", "Can you please write {w}?", "I need {w}. Make it warm and friendly.",
+          "Write {w} in about 100 words.", "Write {w} with a happy ending.", "Write {w} that a child could enjoy.",
+          "Help me write {w}.", "Write {w}, and give it a title."],
+}
+
 
 def _written_cross() -> list[str]:
     subjects = {"t": _TOPICS, "c": _CONCEPTS, "w": _WRITING}
-    return [tpl.format(**{k: s}) for k, tpls in _MORE_TEMPLATES.items() for tpl in tpls for s in subjects[k]]
+    old = [tpl.format(**{k: s}) for k, tpls in _MORE_TEMPLATES.items() for tpl in tpls for s in subjects[k]]
+    more = {"t": _TOPICS_V7, "c": _CONCEPTS_V7, "w": _WRITING_V7}
+    tpls = {k: _MORE_TEMPLATES[k] + _V7_TEMPLATES[k] for k in _MORE_TEMPLATES}
+    return old + [tpl.format(**{k: s}) for k in tpls for tpl in tpls[k] for s in subjects[k] + more[k]]
 
 
 def _split(text: str, eval_pct: float) -> str:
