@@ -743,7 +743,19 @@ AI void axpys_cols(float *o, const float *p, const void *const *rows, int nt, in
 AI void axpys_impl(float *o, const float *p, const void *const *rows, int nt, int64_t n, const int kind) {
     int64_t c0 = 0;
     for (; c0 + AXPYS_VECS * VW <= n; c0 += AXPYS_VECS * VW) axpys_cols(o, p, rows, nt, c0, AXPYS_VECS, kind);
-    for (; c0 + VW <= n; c0 += VW) axpys_cols(o, p, rows, nt, c0, 1, kind);
+    /* the vectors left in one pass (a head of 64 on AVX-512: 4), not one pass each: a pass is a
+     * chain of dependent FMAs per vector, so one vector per pass ran at the FMA latency */
+    switch ((n - c0) / VW) {
+    case 7: axpys_cols(o, p, rows, nt, c0, 7, kind); break;
+    case 6: axpys_cols(o, p, rows, nt, c0, 6, kind); break;
+    case 5: axpys_cols(o, p, rows, nt, c0, 5, kind); break;
+    case 4: axpys_cols(o, p, rows, nt, c0, 4, kind); break;
+    case 3: axpys_cols(o, p, rows, nt, c0, 3, kind); break;
+    case 2: axpys_cols(o, p, rows, nt, c0, 2, kind); break;
+    case 1: axpys_cols(o, p, rows, nt, c0, 1, kind); break;
+    default: break;
+    }
+    c0 += (n - c0) / VW * VW;
     for (int t = 0; t < nt && c0 < n; t++) /* the tail, as k_axpy's */
         for (int64_t i = c0; i < n; i++) o[i] = fmaf(p[t], kv_elem(rows[t], i, kind), o[i]);
 }
