@@ -17,8 +17,9 @@
  *
  * Work is split over the persistent pool only by output element (matmul: runs of weight rows per
  * task, guided_split; attention: one (row, KV head) per task), so no value depends on the thread count
- * or the batch (backend.h, batch invariance). Row-local ops (norms, RoPE, SwiGLU, adds) run on the
- * calling thread. All scratch is sized by reserve(); a forward allocates nothing. */
+ * or the batch (backend.h, batch invariance). Row-local ops (norms, RoPE, adds) run on the calling
+ * thread; SwiGLU, a matmul's input quantization and the argmax of logits rows, which were worth a
+ * hand-off, run on the pool. All scratch is sized by reserve(); a forward allocates nothing. */
 #include "backend/backend.h"
 
 #include "backend/cpu/ops.h"
