@@ -21,7 +21,9 @@
 #include "core/dtype.h"
 #include "core/quant.h"
 #include "rand_weights.h"
+#include "sample/sample.h"
 
+#include <float.h>
 #include <math.h>
 
 static const uint32_t g_types[] = {DSP_F32, DSP_F16, DSP_BF16, DSP_Q4_0, DSP_Q4_1, DSP_Q5_0, DSP_Q8_0, DSP_Q4_K, DSP_Q5_K, DSP_Q6_K};
@@ -528,6 +530,38 @@ static void test_selection(void) {
     printf("  CPU supports: %s; in use: %s\n", sup, best->name);
 }
 
+/* argmax is the sampler's greedy rule (ops.h): every table, the reference and dsp_sample_argmax agree
+ * on ties, NaN (read as -inf), +inf (read as FLT_MAX, so it ties with FLT_MAX), rows without a finite
+ * value (-1), at every position relative to the vector width and the 4-vector unroll */
+static void test_argmax(void) {
+    const int64_t lens[] = {0, 1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 576, 49152};
+    float *x = xalloc(sizeof(float) * 49152);
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        const int64_t n = lens[li];
+        for (int c = 0; c < 9; c++) {
+            for (int64_t i = 0; i < n; i++) x[i] = (float)(rnd() % 50) - 60.0f; /* ties: the first index wins */
+            const int64_t at = n ? (int64_t)(rnd() % (uint64_t)n) : 0, at2 = n ? (int64_t)(rnd() % (uint64_t)n) : 0;
+            switch (n ? c : 0) {
+            case 1: x[at] = NAN; break;                                 /* a NaN is never the max */
+            case 2: for (int64_t i = 0; i < n; i++) x[i] = i % 3 ? NAN : x[i]; break;
+            case 3: x[at] = INFINITY, x[at2] = FLT_MAX; break;          /* +inf ties with FLT_MAX */
+            case 4: for (int64_t i = 0; i < n; i++) x[i] = -INFINITY; break;
+            case 5: for (int64_t i = 0; i < n; i++) x[i] = i % 2 ? NAN : -INFINITY; break;
+            case 6: for (int64_t i = 0; i < n; i++) x[i] = NAN; break;
+            case 7: for (int64_t i = 0; i < n; i++) x[i] = i % 5 ? -0.0f : 0.0f; break; /* -0 ties with +0 */
+            case 8: x[at] = -INFINITY, x[at2] = 1e30f; break;
+            default: break;
+            }
+            const int64_t want = dsp_cpu_argmax(x, n);
+            CHECK_EQ_INT(want, n ? dsp_sample_argmax(x, (int32_t)n) : -1);
+            for (int t = 0; t < g_n_tables; t++)
+                CHECK_MSG(g_tables[t]->argmax(x, n) == want, "%s argmax n=%lld case %d: %lld, want %lld", g_tables[t]->name, (long long)n, c,
+                          (long long)g_tables[t]->argmax(x, n), (long long)want);
+        }
+    }
+    free(x);
+}
+
 int main(void) {
     static const char *const names[] = {"scalar", "avx2", "avx2vnni", "avx512", "avx512vnni"};
     for (int i = 0; i < 5; i++) {
@@ -543,6 +577,7 @@ int main(void) {
     DSP_RUN(test_q8_matmul);
     DSP_RUN(test_q8_extremes);
     DSP_RUN(test_small);
+    DSP_RUN(test_argmax);
     DSP_RUN(test_attention_chunks);
     DSP_RUN(test_panels);
     return dsp_test_summary();

@@ -17,18 +17,20 @@
  *
  * Work is split over the persistent pool only by output element (matmul: runs of weight rows per
  * task, guided_split; attention: one (row, KV head) per task), so no value depends on the thread count
- * or the batch (backend.h, batch invariance). Row-local ops (norms, RoPE, SwiGLU, adds) run on the
- * calling thread. All scratch is sized by reserve(); a forward allocates nothing. */
+ * or the batch (backend.h, batch invariance). Row-local ops (norms, RoPE, adds) run on the calling
+ * thread; SwiGLU, a matmul's input quantization and the argmax of logits rows, which were worth a
+ * hand-off, run on the pool. All scratch is sized by reserve(); a forward allocates nothing. */
 #include "backend/backend.h"
 
 #include "backend/cpu/ops.h"
 #include "core/file.h"
 #include "core/quant.h"
 #include "core/threads.h"
-#include "sample/sample.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,11 +279,27 @@ static dsp_status cpu_buf_read(dsp_backend *be, const dsp_buf *b, size_t off, fl
     return DSP_OK;
 }
 
-/* the logits are host memory already: no copy, the sampler's own rule */
+/* the logits are host memory already: no copy. The kernel table's argmax is the sampler's own rule
+ * (dsp_sample_argmax, ops.h), vectorized; rows are spread over the pool (a 16-row round's argmax
+ * on one thread was ~8% of the round while the other threads waited). */
+typedef struct argmax_job {
+    const dsp_cpu_ops *ops;
+    const float *x;
+    int n_vocab;
+    int32_t *out;
+} argmax_job;
+
+static void argmax_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const argmax_job *j = ctx;
+    j->out[task] = (int32_t)j->ops->argmax(j->x + (size_t)task * (size_t)j->n_vocab, j->n_vocab);
+}
+
 static dsp_status cpu_argmax(dsp_backend *be, const dsp_buf *logits, int n_rows, int n_vocab, int32_t *out) {
-    (void)be;
+    cpu_backend *c = cpu(be);
     DSP_ASSERT(n_rows >= 1 && (size_t)n_rows * (size_t)n_vocab <= logits->n);
-    for (int r = 0; r < n_rows; r++) out[r] = dsp_sample_argmax(logits->data + (size_t)r * (size_t)n_vocab, n_vocab);
+    argmax_job j = {c->ops, logits->data, n_vocab, out};
+    dsp_pool_run(c->pool, n_rows, argmax_task, &j);
     return DSP_OK;
 }
 
@@ -358,24 +376,43 @@ typedef struct mm_job {
     int n_mats;
     const dsp_bweight *w[3];
     float *y[3];
-    int first_task[4]; /* task index where matrix m starts; first_task[n_mats] = n_tasks */
+    int first_task[4]; /* task index where matrix m starts, after the quantization tasks; first_task[n_mats] = n_tasks */
     int x_blocks[3];   /* activation-row blocks of matrix m's tasks (1: a split by weight rows only) */
     const float *x;
     const uint8_t *xq; /* x quantized (q8 rows of c->xq_row bytes), or NULL */
     int n_rows;
+    int n_q, q_rows;   /* quantization tasks (the first n_q of the run), rows per task */
+    atomic_int q_done; /* quantization tasks finished */
 } mm_job;
 
-/* x quantized, rows [16 * task, 16 * task + 16) */
-static void quant_task(void *ctx, int task, int thread) {
-    (void)thread;
-    mm_job *j = ctx;
+/* Tasks [0, n_q) of a matmul run quantize x (q_rows rows each); the matmul tasks come after them
+ * and wait until all are done. The pool hands out tasks in index order, so every quantization task
+ * is taken before any matmul task and none of them waits: the quantization costs no run (and no
+ * hand-off) of its own and is spread over the threads (on one thread a 16-row decode round's
+ * quantizations were ~7% of the round while the other threads waited). */
+static void quant_rows(mm_job *j, int task) {
     const int64_t in = (int64_t)j->w[0]->t->ne[0];
-    for (int r = 16 * task; r < j->n_rows && r < 16 * task + 16; r++)
+    for (int r = j->q_rows * task; r < j->n_rows && r < j->q_rows * (task + 1); r++)
         j->c->ops->quantize_q8(j->x + (size_t)r * in, in, j->c->xq + (size_t)r * j->c->xq_row);
+    atomic_fetch_add_explicit(&j->q_done, 1, memory_order_release);
+}
+
+static void wait_quantized(mm_job *j) {
+    for (unsigned i = 1; atomic_load_explicit(&j->q_done, memory_order_acquire) < j->n_q; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if (i % 4096 == 0) sched_yield(); /* the thread quantizing was descheduled (a busy machine) */
+    }
 }
 
 static void mm_task(void *ctx, int task, int thread) {
     mm_job *j = ctx;
+    if (task < j->n_q) {
+        quant_rows(j, task);
+        return;
+    }
+    if (j->n_q) wait_quantized(j);
     int m = 0;
     while (task >= j->first_task[m + 1]) m++;
     const dsp_bweight *w = j->w[m];
@@ -401,24 +438,26 @@ static void cpu_matmul(dsp_backend *be, int n, const dsp_bweight *const *w, dsp_
     cpu_backend *c = cpu(be);
     DSP_ASSERT(n >= 1 && n <= 3 && n_rows >= 1);
     mm_job j = {.c = c, .n_mats = n, .x = x->data, .n_rows = n_rows};
-    j.first_task[0] = 0;
+    for (int m = 0; m < n; m++)
+        if (w[m]->panel) j.xq = c->xq; /* every q8 type is repacked into panels under --precision q8 */
+    if (j.xq) { /* once for every matrix of the call: a few tasks per thread, of at most 16 rows */
+        const int per = (n_rows + 2 * c->n_threads - 1) / (2 * c->n_threads);
+        j.q_rows = per < 1 ? 1 : per > 16 ? 16 : per;
+        j.n_q = (n_rows + j.q_rows - 1) / j.q_rows;
+    }
+    atomic_init(&j.q_done, 0);
+    j.first_task[0] = j.n_q;
     for (int m = 0; m < n; m++) {
         DSP_ASSERT(w[m]->t->ne[0] == w[0]->t->ne[0] && (int64_t)w[m]->t->ne[0] <= c->lim.max_width);
         DSP_ASSERT((size_t)n_rows * w[m]->t->ne[1] <= y[m]->n && (size_t)n_rows * w[m]->t->ne[0] <= x->n);
         j.w[m] = w[m];
         j.y[m] = y[m]->data;
-        const bool q8 = w[m]->panel != NULL; /* every q8 type is repacked into panels under --precision q8 */
-        if (q8) j.xq = c->xq;
+        const bool q8 = w[m]->panel != NULL;
         j.x_blocks[m] = q8 && n_rows > Q8_TASK_X ? (n_rows + Q8_TASK_X - 1) / Q8_TASK_X : 1;
         int64_t r0, r1;
         const int64_t out = (int64_t)w[m]->t->ne[1];
         j.first_task[m + 1] = j.first_task[m] + (j.x_blocks[m] > 1 ? (int)((out + Q8_TASK_W - 1) / Q8_TASK_W) * j.x_blocks[m]
                                                                    : guided_split(out, c->n_threads, -1, &r0, &r1));
-    }
-    if (j.xq) { /* once for every matrix of the call; a prefill spreads the rows over the pool */
-        const int n_chunks = (n_rows + 15) / 16;
-        if (n_chunks > 1) dsp_pool_run(c->pool, n_chunks, quant_task, &j);
-        else quant_task(&j, 0, 0);
     }
     dsp_pool_run(c->pool, j.first_task[n], mm_task, &j);
 }
@@ -603,8 +642,30 @@ static void cpu_add(dsp_backend *be, dsp_buf *x, const dsp_buf *y, size_t n) {
     for (size_t i = 0; i < n; i++) x->data[i] += y->data[i];
 }
 
+/* element-wise, so any split gives the same bits; spread over the pool from a few rows of a
+ * feed-forward on (one thread's SwiGLU of a 16-row round was ~3.5% of the round while the others waited) */
+#define SWIGLU_TASK 4096 /* elements per task at least (a multiple of 16) */
+typedef struct swiglu_job {
+    const dsp_cpu_ops *ops;
+    float *a;
+    const float *b;
+    size_t n, per;
+} swiglu_job;
+
+static void swiglu_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const swiglu_job *j = ctx;
+    const size_t i0 = (size_t)task * j->per, n = j->n - i0 < j->per ? j->n - i0 : j->per;
+    j->ops->swiglu(j->a + i0, j->b + i0, (int64_t)n);
+}
+
 static void cpu_swiglu(dsp_backend *be, dsp_buf *gate, const dsp_buf *up, size_t n) {
-    cpu(be)->ops->swiglu(gate->data, up->data, (int64_t)n);
+    cpu_backend *c = cpu(be);
+    size_t per = (n + (size_t)c->n_threads - 1) / (size_t)c->n_threads;
+    per = (per + 15) / 16 * 16;
+    if (per < SWIGLU_TASK) per = SWIGLU_TASK;
+    swiglu_job j = {c->ops, gate->data, up->data, n, per};
+    dsp_pool_run(c->pool, (int)((n + per - 1) / per), swiglu_task, &j);
 }
 
 static void cpu_copy_rows(dsp_backend *be, dsp_buf *dst, size_t dst_ld, size_t dst_col, const dsp_buf *src, size_t src_ld, size_t src_col,

@@ -212,7 +212,9 @@ typedef struct dsp_cpu_ops {
      * the order of the arithmetic. */
     void (*dots16)(const float *q, const uint16_t *const *rows, int nt, int64_t n, float scale, float *out, int bf16);
     void (*axpys16)(float *o, const float *p, const uint16_t *const *rows, int nt, int64_t n, int bf16);
-    int64_t (*argmax)(const float *x, int64_t n);               /* first index of the maximum (no NaN) */
+    /* the sampler's greedy rule (dsp_sample_argmax): the first index of the largest value, NaN read
+     * as -inf and +inf as FLT_MAX; -1 when every value is NaN or -inf (or n <= 0) */
+    int64_t (*argmax)(const float *x, int64_t n);
 } dsp_cpu_ops;
 
 /* one 16-bit K/V element widened to f32 (exact) */

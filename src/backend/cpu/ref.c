@@ -4,6 +4,7 @@
 
 #include "core/quant.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -63,9 +64,12 @@ void dsp_cpu_axpy(float *y, float a, const float *x, int64_t n) {
 }
 
 int64_t dsp_cpu_argmax(const float *x, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
+    int64_t best = -1;
+    float bv = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        const float z = x[i] != x[i] ? -INFINITY : x[i] > FLT_MAX ? FLT_MAX : x[i];
+        if (z > bv) bv = z, best = i;
+    }
     return best;
 }
 

@@ -24,6 +24,7 @@
 #include "core/dtype.h"
 #include "core/quant.h"
 
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -743,7 +744,19 @@ AI void axpys_cols(float *o, const float *p, const void *const *rows, int nt, in
 AI void axpys_impl(float *o, const float *p, const void *const *rows, int nt, int64_t n, const int kind) {
     int64_t c0 = 0;
     for (; c0 + AXPYS_VECS * VW <= n; c0 += AXPYS_VECS * VW) axpys_cols(o, p, rows, nt, c0, AXPYS_VECS, kind);
-    for (; c0 + VW <= n; c0 += VW) axpys_cols(o, p, rows, nt, c0, 1, kind);
+    /* the vectors left in one pass (a head of 64 on AVX-512: 4), not one pass each: a pass is a
+     * chain of dependent FMAs per vector, so one vector per pass ran at the FMA latency */
+    switch ((n - c0) / VW) {
+    case 7: axpys_cols(o, p, rows, nt, c0, 7, kind); break;
+    case 6: axpys_cols(o, p, rows, nt, c0, 6, kind); break;
+    case 5: axpys_cols(o, p, rows, nt, c0, 5, kind); break;
+    case 4: axpys_cols(o, p, rows, nt, c0, 4, kind); break;
+    case 3: axpys_cols(o, p, rows, nt, c0, 3, kind); break;
+    case 2: axpys_cols(o, p, rows, nt, c0, 2, kind); break;
+    case 1: axpys_cols(o, p, rows, nt, c0, 1, kind); break;
+    default: break;
+    }
+    c0 += (n - c0) / VW * VW;
     for (int t = 0; t < nt && c0 < n; t++) /* the tail, as k_axpy's */
         for (int64_t i = c0; i < n; i++) o[i] = fmaf(p[t], kv_elem(rows[t], i, kind), o[i]);
 }
@@ -755,19 +768,38 @@ static void k_axpys16(float *o, const float *p, const uint16_t *const *rows, int
     else axpys_impl(o, p, (const void *const *)rows, nt, n, 1);
 }
 
+/* the sampler's rule (ops.h): a max pass over the values read as the rule reads them (vmax(x, -inf)
+ * is -inf for a NaN x: max returns its second operand when one is NaN; vmin(., FLT_MAX) clamps +inf),
+ * then the first index whose read value equals it */
+AI vf argmax_read(vf x) { return vmin(vmax(x, vset1(-INFINITY)), vset1(FLT_MAX)); }
+AI float argmax_read1(float x) { return x != x ? -INFINITY : x > FLT_MAX ? FLT_MAX : x; }
+#if VW == 16
+AI unsigned argmax_eq(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+#else
+AI unsigned argmax_eq(vf a, vf b) { return (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)); }
+#endif
 static int64_t k_argmax(const float *x, int64_t n) {
-    if (n <= 0) return 0;
-    float mx = x[0];
+    if (n <= 0) return -1;
     int64_t i = 0;
-    if (n >= VW) {
-        vf m = vload(x);
-        for (i = VW; i + VW <= n; i += VW) m = vmax(m, vload(x + i));
-        mx = vhmax(m);
+    float mx = -INFINITY;
+    if (n >= 4 * VW) {
+        vf m0 = vset1(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+        for (; i + 4 * VW <= n; i += 4 * VW) {
+            m0 = vmax(m0, argmax_read(vload(x + i))), m1 = vmax(m1, argmax_read(vload(x + i + VW)));
+            m2 = vmax(m2, argmax_read(vload(x + i + 2 * VW))), m3 = vmax(m3, argmax_read(vload(x + i + 3 * VW)));
+        }
+        mx = vhmax(vmax(vmax(m0, m1), vmax(m2, m3)));
     }
-    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    for (i = 0; i < n; i++)
-        if (x[i] == mx) return i;
-    return 0;
+    for (; i < n; i++) mx = argmax_read1(x[i]) > mx ? argmax_read1(x[i]) : mx;
+    if (mx == -INFINITY) return -1;
+    const vf vm = vset1(mx);
+    for (i = 0; i + VW <= n; i += VW) {
+        const unsigned k = argmax_eq(argmax_read(vload(x + i)), vm);
+        if (k) return i + __builtin_ctz(k);
+    }
+    for (; i < n; i++)
+        if (argmax_read1(x[i]) == mx) return i;
+    return -1;
 }
 
 const dsp_cpu_ops OPS_NAME = {
