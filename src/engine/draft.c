@@ -205,18 +205,24 @@ static dsp_status measure(dsp_engine *e, dsp_spec_profile *p) {
     dsp_status st = dsp_fwd_seq_init(e->fwd, &s);
     if (st) return st;
     double t[DSP_PROFILE_MAX][8], t1[8], tc[8];
+    /* Each row count's forwards run back to back, after two unmeasured ones, as a round loop runs
+     * them: on a 2-vCPU Xeon a 1-row forward right after a long one (or 30 ms idle) took 1.5-1.9x
+     * the decode loop's step and needed ~5 forwards to get back to it, so measured after the
+     * previous point's 512-row forward (the order before) the curve's base was 1.9x a real round's
+     * and --max-draft auto drafted where drafting lost. */
     if (!(st = fill(e, &s, 0, L0))) {
         double w;
-        for (int i = 0; i < p->n && !st; i++) st = time_rows(e, &s, p->rows[i], &w); /* warm-up */
-        for (int rep = 0; rep < reps && !st; rep++)
-            for (int i = 0; i < p->n && !st; i++) {
+        for (int i = 0; i < p->n && !st; i++) {
+            for (int k = 0; k < 2 && !st; k++) st = time_rows(e, &s, p->rows[i], &w); /* warm-up */
+            for (int rep = 0; rep < reps && !st; rep++) {
                 double c0 = e->st.draft_ms;
                 st = time_rows(e, &s, p->rows[i], &t[i][rep]);
                 if (i == 0) tc[rep] = e->st.draft_ms - c0; /* the drafter's context step in a 1-row forward */
             }
+        }
     }
     if (!st && !(st = fill(e, &s, L0, L1)))
-        for (int rep = 0; rep < reps && !st; rep++) st = time_rows(e, &s, 1, &t1[rep]);
+        for (int rep = -2; rep < reps && !st; rep++) st = time_rows(e, &s, 1, &t1[rep < 0 ? 0 : rep]); /* two warm-ups, as above */
     if (!st) {
         double base = fastest(t[0], reps);
         p->one_row_ms = base;
