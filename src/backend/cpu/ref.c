@@ -3,9 +3,11 @@
 #include "backend/cpu/ops.h"
 
 #include "core/quant.h"
+#include "core/status.h"
+#include "sample/sample.h"
 
-#include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define LANES 16
@@ -63,14 +65,10 @@ void dsp_cpu_axpy(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
 }
 
+/* the sampler's own rule, so that the kernel table's argmax is checked against it */
 int64_t dsp_cpu_argmax(const float *x, int64_t n) {
-    int64_t best = -1;
-    float bv = -INFINITY;
-    for (int64_t i = 0; i < n; i++) {
-        const float z = x[i] != x[i] ? -INFINITY : x[i] > FLT_MAX ? FLT_MAX : x[i];
-        if (z > bv) bv = z, best = i;
-    }
-    return best;
+    DSP_ASSERT(n <= INT32_MAX);
+    return dsp_sample_argmax(x, (int32_t)n);
 }
 
 void dsp_cpu_ref_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1, const float *x,
