@@ -336,14 +336,17 @@ int main(int argc, char **argv) {
             cr->accept_rate = cr->drafted ? (double)cr->accepted / (double)cr->drafted : 0;
         }
     }
+    dsp_engine_stats est;
+    dsp_engine_get_stats(c, &est);
     if (json) {
         printf("{\"machine\": {\"cpu\": \"%s\", \"cores_online\": %ld, \"mem_mib\": %ld, \"kernel\": \"%s %s\", \"commit\": \"%s\"}, ", cpu,
                sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, dsp_git_commit);
         dsp_drafter_info di;
         bool have_di = dsp_engine_drafter_info(c, &di);
         printf("\"model\": \"%s\", \"draft_model\": \"%s\", \"draft_vocab\": %d, \"backend\": \"%s\", \"threads\": %d, \"max_tokens\": %d, "
-               "\"reps\": %d, \"sets\": [",
-               model, draft_model ? draft_model : "", have_di ? di.draft_vocab : 0, dsp_engine_backend(c), threads, n_tokens, reps);
+               "\"reps\": %d, \"cost_scale\": [%.3f, %.3f, %.3f], \"sets\": [",
+               model, draft_model ? draft_model : "", have_di ? di.draft_vocab : 0, dsp_engine_backend(c), threads, n_tokens, reps, est.cost_scale[0],
+               est.cost_scale[1], est.cost_scale[2]);
         for (int i = 0; i < n_sets; i++) {
             printf("%s{\"name\": \"%s\", \"prompts\": %d, \"baseline_tok_per_s\": %.3f, \"mismatches\": %d, \"configs\": [", i ? ", " : "", res[i].name,
                    res[i].n_prompts, res[i].base_tps, res[i].mismatches);
@@ -372,6 +375,8 @@ int main(int argc, char **argv) {
                        cn, cr->tps, cr->speedup_median, cr->speedup_aggregate, cr->speedup_cpu, cr->mean_accept_len, cr->accept_rate);
             }
         }
+        printf("--max-draft auto's calibration (measured / profiled round time): plain %.3f, lookup %.3f, block drafter %.3f\n", est.cost_scale[0],
+               est.cost_scale[1], est.cost_scale[2]);
     }
     dsp_engine_destroy(c);
     dsp_model_destroy(m);

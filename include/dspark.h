@@ -435,6 +435,9 @@ typedef struct dsp_engine_stats {
     double forward_ms;          /* time in the rounds' target forwards (with the drafter's context step) */
     double host_ms;             /* the rounds' time outside the forward: drafting, layout, verification,
                                  * sampling, detokenization, stop strings, events */
+    double cost_scale[3];       /* --max-draft auto's calibration: measured / profiled time of recent
+                                 * decode-only rounds without drafts, with lookup drafts, with the block
+                                 * drafter (1: nothing measured) */
 } dsp_engine_stats;
 void dsp_engine_get_stats(const dsp_engine *e, dsp_engine_stats *st);
 /* Drop every cached prefix (blocks of running requests are kept). */

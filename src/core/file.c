@@ -80,6 +80,16 @@ bool dsp_mem_populate(void *p, size_t n) {
     return true;
 }
 
+void *dsp_mem_map(size_t n) {
+    if (!n) return NULL;
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void dsp_mem_unmap(void *p, size_t n) {
+    if (p) munmap(p, n);
+}
+
 dsp_status dsp_file_map_open(const char *path, dsp_file_map *m) {
     memset(m, 0, sizeof *m);
     int fd = -1;

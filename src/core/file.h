@@ -37,6 +37,12 @@ bool dsp_file_drop_pages(const void *p, size_t n);
  * killer may act instead; either way now, not later under load. */
 bool dsp_mem_populate(void *p, size_t n);
 
+/* n zeroed bytes in their own anonymous mapping (NULL when none): a large buffer that never lands
+ * in malloc's heap, so its pages go back to the system when it is released (dsp_mem_unmap with the
+ * same n) instead of staying resident as free heap that later allocations reuse. */
+void *dsp_mem_map(size_t n);
+void dsp_mem_unmap(void *p, size_t n);
+
 /* Read all of `path` ("-" reads standard input) into a malloc'd buffer with a NUL after the last
  * byte (the data itself may contain NULs); *len (may be NULL) gets the byte count. A file larger
  * than max_bytes is refused with DSP_ERR_RANGE; errors name the path. Works on pipes too. */

@@ -433,6 +433,7 @@ void dsp_engine_get_stats(const dsp_engine *e, dsp_engine_stats *st) {
     st->kv_blocks_used = dsp_kv_pool_used(e->kv);
     st->kv_blocks_cached = e->kv->n_cached;
     st->evicted_blocks = e->kv->n_evicted;
+    for (int k = 0; k < DSP_ROUND_KINDS; k++) st->cost_scale[k] = dsp_engine_cost_scale(e, (dsp_round_kind)k);
 }
 
 void dsp_engine_clear_cache(dsp_engine *e) { dsp_kv_pool_clear_cache(e->kv); }
@@ -749,6 +750,8 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         return DSP_OK;
     }
     int n = 0, n_logits = 0, n_seqs = 0;
+    double cal_extra = 0; /* the decoding rows' keys beyond the profile's context, and whether any is a draft */
+    bool cal_drafted = false;
     for (int i = 0; i < e->n_running; i++) {
         dsp_req *r = e->running[i];
         r->n_rows = 0;
@@ -764,6 +767,8 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         r->row0 = n;
         r->logit0 = n_logits;
         r->n_rows = r->k + 1;
+        cal_drafted |= r->k > 0;
+        if (len > e->prof.ctx_tokens) cal_extra += (double)r->n_rows * (double)(len - e->prof.ctx_tokens);
         e->bseqs[n_seqs] = &r->kv;
         for (int32_t j = 0; j <= r->k; j++) {
             e->btok[n] = j ? r->draft[j - 1] : r->tokens[len - 1];
@@ -857,10 +862,14 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
             }
         }
     }
-    double host = now_ms() - t_round - t_fwd;
+    const double t_all = now_ms() - t_round;
+    double host = t_all - t_fwd - e->round_block_ms;
     if (host < 0) host = 0;
-    e->st.host_ms += host;
-    if (n_dec > 0) /* a decoding round's host time outside the forward, for --max-draft auto (draft.c) */
+    e->st.host_ms += host + e->round_block_ms;
+    if (n_dec > 0 && n_dec == n_seqs) { /* a decode-only round, for --max-draft auto (draft.c) */
+        dsp_engine_calibrate(e, n, cal_extra, cal_drafted, e->prof.one_row_ms > 0 ? (float)(e->host_ms / e->prof.one_row_ms) : 0, t_all);
+    }
+    if (n_dec > 0) /* a decoding round's host time outside the forward and the block drafter */
         e->host_ms = e->host_ms > 0 ? 0.9 * e->host_ms + 0.1 * host : host;
     /* requests that finished this round leave now (their DONE events are out) */
     for (int i = e->n_running - 1; i >= 0; i--) {

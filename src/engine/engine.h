@@ -41,6 +41,10 @@
 
 typedef enum { DSP_REQ_WAITING = 0, DSP_REQ_PREFILL, DSP_REQ_DECODE } dsp_req_state;
 
+/* Kinds of decode-only rounds, calibrated apart by --max-draft auto (draft.c): no drafts, drafts
+ * from a host drafter (prompt lookup) only, the block drafter ran. */
+typedef enum { DSP_ROUND_PLAIN = 0, DSP_ROUND_LOOKUP, DSP_ROUND_BLOCK, DSP_ROUND_KINDS } dsp_round_kind;
+
 /* who drafted a request's block this round */
 typedef enum { DSP_SRC_NONE = 0, DSP_SRC_DRAFTER, DSP_SRC_BLOCK } dsp_draft_src;
 
@@ -134,9 +138,15 @@ struct dsp_engine {
     bool have_prof;
     double round_draft_ms;       /* this round's drafter time, per drafted request */
     dsp_accept acc_pool[DSP_ACCEPT_BUCKETS]; /* every request's acceptance, pooled: new requests' prior */
-    double host_ms;              /* a decoding round's host time outside the forward (drafting,
-                                  * verification, emission), exponentially averaged; --max-draft auto
-                                  * counts it in every round's time */
+    double host_ms;              /* a decoding round's host time outside the forward and the block
+                                  * drafter (lookup, verification, emission), exponentially averaged;
+                                  * --max-draft auto counts it in every round's time */
+    double round_block_ms;       /* this round's block drafter time (0: it did not run) */
+    int round_nb;                /* requests it drafted for */
+    /* --max-draft auto's calibration (draft.c dsp_engine_calibrate): per kind of decode-only round,
+     * the measured round time and what the profile predicted for it, exponentially averaged */
+    double cal_act[DSP_ROUND_KINDS], cal_pred[DSP_ROUND_KINDS];
+    bool no_calibration;         /* (tests with a synthetic profile) the profile as is */
     /* the round's events */
     dsp_event *ev;
     size_t n_ev, ev_cap;
@@ -175,6 +185,12 @@ int dsp_engine_prefill_budget(const dsp_engine *e, int decode_rows, int n_decodi
 /* The round's target forward plus the drafter's context step over the same rows; with argmax,
  * only the rows' argmax comes back (e->argmax), not their logits. */
 dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax);
+/* After a decode-only round with a cost profile: `rows` rows in the forward, `extra_keys` keys
+ * beyond the profile's context, `drafted` whether any row was a draft, `host` the host time the
+ * round's choice assumed (units of a 1-row forward), `ms` the whole round's measured time. */
+void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool drafted, float host, double ms);
+/* A kind's measured / predicted round time (1 before any was measured). */
+double dsp_engine_cost_scale(const dsp_engine *e, dsp_round_kind k);
 /* After r's verification: acceptance statistics, the trace, how many were kept. emitted: tokens
  * of out actually committed (a stop can cut the round). */
 void dsp_engine_draft_done(dsp_engine *e, dsp_req *r, int32_t k, const int32_t *out, int32_t n_out, int32_t emitted);

@@ -92,11 +92,11 @@ static double extra_keys_of(const dsp_spec_profile *p, const dsp_cost_req *r) {
 
 void dsp_cost_choose(const dsp_spec_profile *p, int base_rows, double base_extra_keys, int n_tokens, float sunk_cost, float draft_cost,
                      dsp_cost_req *reqs, int n) {
-    dsp_cost_choose_max(p, base_rows, base_extra_keys, n_tokens, sunk_cost, draft_cost, reqs, n, -1);
+    dsp_cost_choose_max(p, base_rows, base_extra_keys, n_tokens, sunk_cost, draft_cost, 1.0f, reqs, n, -1);
 }
 
 void dsp_cost_choose_max(const dsp_spec_profile *p, int base_rows, double base_extra_keys, int n_tokens, float sunk_cost, float draft_cost,
-                         dsp_cost_req *reqs, int n, int max_drafts) {
+                         float draft_scale, dsp_cost_req *reqs, int n, int max_drafts) {
     for (int j = 0; j < n; j++) reqs[j].k = 0;
     /* pass 1: walk the whole ranking, remember the length of its best prefix */
     double tokens = n_tokens, extra = base_extra_keys;
@@ -109,7 +109,7 @@ void dsp_cost_choose_max(const dsp_spec_profile *p, int base_rows, double base_e
         if (q < 0) break;
         tokens += aq, extra += extra_keys_of(p, &reqs[q]), rows++, taken++;
         reqs[q].k++;
-        double rate = tokens / ((double)sunk_cost + (double)draft_cost + dsp_cost_time(p, rows, extra));
+        double rate = tokens / ((double)draft_scale * ((double)sunk_cost + (double)draft_cost + dsp_cost_time(p, rows, extra)));
         if (rate > best) best = rate, best_taken = taken;
     }
     /* drafting at all must promise a margin over drafting nothing: the drafts that win the ranking

@@ -88,10 +88,12 @@ double dsp_cost_rate(const dsp_spec_profile *p, int base_rows, float cost, float
 void dsp_cost_choose(const dsp_spec_profile *p, int base_rows, double base_extra_keys, int n_tokens, float sunk_cost, float draft_cost,
                      dsp_cost_req *reqs, int n);
 /* The same with at most max_drafts drafts in all (the prefixes of the ranking up to that length;
- * max_drafts < 0: no limit). The engine limits a round's drafts while a prompt is being prefilled
- * next to decoding requests (engine.h, "Chunked prefill next to decodes"). */
+ * max_drafts < 0: no limit), and a round with drafts taking draft_scale times what the profile
+ * predicts relative to a round without (1: as predicted; the engine's measured calibration,
+ * engine/draft.c). The engine limits a round's drafts while a prompt is being prefilled next to
+ * decoding requests (engine.h, "Chunked prefill next to decodes"). */
 void dsp_cost_choose_max(const dsp_spec_profile *p, int base_rows, double base_extra_keys, int n_tokens, float sunk_cost, float draft_cost,
-                         dsp_cost_req *reqs, int n, int max_drafts);
+                         float draft_scale, dsp_cost_req *reqs, int n, int max_drafts);
 
 /* Profile cache: the file for a key (under $XDG_CACHE_HOME/dspark or ~/.cache/dspark), read
  * (false when absent, unreadable or for another key) and written (best effort). */

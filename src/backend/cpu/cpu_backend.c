@@ -53,7 +53,8 @@ struct dsp_kv_store {
     int n_layers, kv_dim, block_tokens;
     uint32_t n_blocks;
     int kind;   /* element type: 0 f32, 1 f16, 2 bf16 (kv_load's kinds in simd_impl.h) */
-    size_t esz; /* bytes per element */
+    size_t esz;   /* bytes per element */
+    size_t bytes; /* of k and of v */
     uint8_t *k, *v;
 };
 
@@ -228,10 +229,11 @@ static dsp_status cpu_kv_create(dsp_backend *be, int n_layers, int kv_dim, int b
     if (!kv) return dsp_error(DSP_ERR_NOMEM, "no memory");
     kv->n_layers = n_layers, kv->kv_dim = kv_dim, kv->block_tokens = block_tokens, kv->n_blocks = n_blocks;
     kv->kind = kind, kv->esz = esz;
-    kv->k = calloc(elems, esz);
-    kv->v = calloc(elems, esz);
-    if (!kv->k || !kv->v || (cpu(be)->reserve && (!dsp_mem_populate(kv->k, elems * esz) || !dsp_mem_populate(kv->v, elems * esz)))) {
-        free(kv->k), free(kv->v), free(kv);
+    kv->bytes = (size_t)elems * esz; /* (elems * 4 fits size_t: checked above) */
+    kv->k = dsp_mem_map(kv->bytes); /* own mappings: the pool's pages go back when it is destroyed */
+    kv->v = dsp_mem_map(kv->bytes);
+    if (!kv->k || !kv->v || (cpu(be)->reserve && (!dsp_mem_populate(kv->k, kv->bytes) || !dsp_mem_populate(kv->v, kv->bytes)))) {
+        dsp_mem_unmap(kv->k, kv->bytes), dsp_mem_unmap(kv->v, kv->bytes), free(kv);
         return dsp_error(DSP_ERR_NOMEM, "kv store: cannot allocate %" PRIu64 " MiB", (uint64_t)(2 * elems * esz) >> 20);
     }
     *out = kv;
@@ -241,7 +243,7 @@ static dsp_status cpu_kv_create(dsp_backend *be, int n_layers, int kv_dim, int b
 static void cpu_kv_destroy(dsp_backend *be, dsp_kv_store *kv) {
     (void)be;
     if (!kv) return;
-    free(kv->k), free(kv->v), free(kv);
+    dsp_mem_unmap(kv->k, kv->bytes), dsp_mem_unmap(kv->v, kv->bytes), free(kv);
 }
 
 /* byte offset of row t of a block of a layer */
