@@ -290,11 +290,11 @@ static void profile_key(const dsp_engine *e, const char *build, char *key, size_
     const dsp_weights *w = &e->m->w;
     /* the weight types (--quantize changes them in the same file) and the drafter's shared
      * embedding / head (block_load.c share) change the costs */
-    snprintf(key, cap, "model=%s:%llu:%lld:%s/%s/%s|drafter=%s:%llu:%d%d:v%d|backend=%s|batch=%d:%d|ctx=%u|version=%s|build=%s", e->m->path,
+    snprintf(key, cap, "model=%s:%llu:%lld:%s/%s/%s|drafter=%s:%llu:%d%d:v%d:%s|backend=%s|batch=%d:%d|ctx=%u|version=%s|build=%s", e->m->path,
              (unsigned long long)e->m->info.file_size, mt, dsp_dtype_name(w->tok_embd->type), dsp_dtype_name(w->output->type),
              dsp_dtype_name(w->layers[0].ffn_down->type), e->bd ? e->bdi->path : "", e->bd ? (unsigned long long)e->bdi->n_params : 0ull,
-             e->bd ? (int)e->bdi->shares_embd : 0, e->bd ? (int)e->bdi->shares_head : 0, e->bd ? e->bdi->draft_vocab : 0, e->be->desc, e->max_batch, e->batch_tokens, e->n_ctx,
-             DSP_LIB_VERSION, build);
+             e->bd ? (int)e->bdi->shares_embd : 0, e->bd ? (int)e->bdi->shares_head : 0, e->bd ? e->bdi->draft_vocab : 0,
+             e->bd ? dsp_dtype_name(e->bdi->layer_type) : "", e->be->desc, e->max_batch, e->batch_tokens, e->n_ctx, DSP_LIB_VERSION, build);
 }
 
 /* e->prof from the cache entry of `build`; key and path are that entry's either way */
@@ -382,9 +382,16 @@ static float host_cost(const dsp_engine *e) { return e->prof.one_row_ms > 0 ? (f
  * prediction for it, per kind (dsp_round_kind), and weighs each alternative by its kind's ratio.
  * A kind's averages decay only when it is measured: costs are the machine's, not the text's. */
 #define CAL_KEEP 0.95 /* about the last 20 rounds of the kind */
-#define CAL_PRIOR 4.0 /* the ratio starts at 1, weighted as 4 units of predicted time (about 2 rounds) */
+#define CAL_PRIOR 4.0 /* a kind's ratio starts at every round's ratio, weighted as 4 units of predicted
+                       * time (about 2 rounds); that one starts at 1. A kind not yet measured thus
+                       * inherits the profile's overall bias (its 1-row time off by 10-40% between
+                       * measurements here) instead of looking cheaper or dearer than the kinds that
+                       * were measured */
 
-double dsp_engine_cost_scale(const dsp_engine *e, dsp_round_kind k) { return (e->cal_act[k] + CAL_PRIOR) / (e->cal_pred[k] + CAL_PRIOR); }
+double dsp_engine_cost_scale(const dsp_engine *e, dsp_round_kind k) {
+    const double all = (e->cal_act_all + CAL_PRIOR) / (e->cal_pred_all + CAL_PRIOR);
+    return (e->cal_act[k] + CAL_PRIOR * all) / (e->cal_pred[k] + CAL_PRIOR);
+}
 
 /* the block drafter's cost for nb requests in one round, in units of a 1-row forward */
 static float block_cost(const dsp_engine *e, int nb) { return nb ? e->prof.draft_rel + (float)(nb - 1) * e->prof.draft_rel_per_req : 0; }
@@ -396,6 +403,8 @@ void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool draft
     const double pred = (double)host + (double)block_cost(e, e->round_nb) + (double)dsp_cost_time(p, rows, extra_keys);
     e->cal_act[k] = CAL_KEEP * e->cal_act[k] + ms / p->one_row_ms;
     e->cal_pred[k] = CAL_KEEP * e->cal_pred[k] + pred;
+    e->cal_act_all = CAL_KEEP * e->cal_act_all + ms / p->one_row_ms;
+    e->cal_pred_all = CAL_KEEP * e->cal_pred_all + pred;
     DSP_LOGD("round kind %d rows %d: %.2f ms, predicted %.2f ms; scales %.3f %.3f %.3f", (int)k, rows, ms, pred * p->one_row_ms,
              dsp_engine_cost_scale(e, DSP_ROUND_PLAIN), dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP), dsp_engine_cost_scale(e, DSP_ROUND_BLOCK));
 }

@@ -204,6 +204,19 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
         free(e);
         return st;
     }
+    /* A float drafter next to a quantized target, on the CPU with 8-bit activations: its layer
+     * matrices become Q8_0 and run on the same integer kernels as the target's (README "Block
+     * drafters on the CPU": its round 1.9 -> 1.2 ms on the default model, acceptance unchanged) */
+    const dsp_tensor *tdown = m->w.layers[0].ffn_down;
+    if (e->bd && e->be->kind == DSP_BACKEND_CPU && p.precision != DSP_PRECISION_F32 && tdown && dsp_dtype_get(tdown->type)->block_elems > 1) {
+        if ((st = dsp_block_quantize(e->bd, DSP_Q8_0, p.n_threads))) {
+            dsp_block_destroy(e->bd);
+            dsp_backend_destroy(e->be);
+            free(e);
+            return st;
+        }
+        DSP_LOGI("block drafter: its float matrices quantized to Q8_0 for the CPU's 8-bit kernels (--precision f32 keeps them)");
+    }
     if (e->bd) e->bdi = dsp_block_get_info(e->bd);
     /* context and KV pool (the GPU stores K/V in 16 bits) */
     const dsp_hparams *hp = &m->hp;

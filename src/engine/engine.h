@@ -146,6 +146,7 @@ struct dsp_engine {
     /* --max-draft auto's calibration (draft.c dsp_engine_calibrate): per kind of decode-only round,
      * the measured round time and what the profile predicted for it, exponentially averaged */
     double cal_act[DSP_ROUND_KINDS], cal_pred[DSP_ROUND_KINDS];
+    double cal_act_all, cal_pred_all; /* the same over every decode-only round */
     bool no_calibration;         /* (tests with a synthetic profile) the profile as is */
     /* the round's events */
     dsp_event *ev;

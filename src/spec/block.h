@@ -73,6 +73,7 @@ typedef struct dsp_block_info {
     bool conf_with_markov;     /* its features are [h ; W1[prev]] (else h) */
     bool shares_embd, shares_head; /* the target's tensors are used (none of its own, or an equal copy) */
     uint64_t n_params;         /* elements of the drafter's own tensors */
+    uint32_t layer_type;       /* its layers' matrix type (after dsp_block_quantize) */
     /* after dsp_block_attach: the draft vocabulary (dsp_block_limits.n_vocab_draft) */
     int32_t draft_vocab;       /* tokens drafts are taken from: the target's n_vocab, or a subset's size */
     const char *draft_vocab_source; /* "full", "draft_vocab.json" (+ token id order), "token id order" */
@@ -86,6 +87,9 @@ typedef struct dsp_block_drafter dsp_block_drafter;
  * head copies equal to the target's when both have the same type. A mismatch is an error that
  * says what differs. Host only: nothing runs until dsp_block_attach. */
 dsp_status dsp_block_load(const char *path, const dsp_model *target, dsp_block_drafter **out);
+/* Quantize the drafter's layer matrices to `type` (model/quantize.c's rules) before
+ * dsp_block_attach; n_threads for the conversion. */
+dsp_status dsp_block_quantize(dsp_block_drafter *d, uint32_t type, int n_threads);
 void dsp_block_destroy(dsp_block_drafter *d);
 const dsp_block_info *dsp_block_get_info(const dsp_block_drafter *d);
 

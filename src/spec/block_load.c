@@ -366,6 +366,12 @@ dsp_status dsp_block_pick_vocab(dsp_block_drafter *d, int n) {
     return st;
 }
 
+dsp_status dsp_block_quantize(dsp_block_drafter *d, uint32_t type, int n_threads) {
+    dsp_status st = dsp_model_quantize(d->m, type, n_threads, false);
+    if (!st) d->info.layer_type = d->m->w.layers[0].ffn_down->type;
+    return st;
+}
+
 dsp_status dsp_block_load(const char *path, const dsp_model *target, dsp_block_drafter **out) {
     *out = NULL;
     if (!target->has_weights) return dsp_error(DSP_ERR_INVALID_ARG, "the target was loaded vocab-only");
@@ -414,6 +420,7 @@ dsp_status dsp_block_load(const char *path, const dsp_model *target, dsp_block_d
     in->n_layers = hp->n_layer, in->n_embd = hp->n_embd, in->n_head = hp->n_head, in->n_head_kv = hp->n_head_kv;
     in->head_dim = hp->head_dim, in->n_ff = hp->n_ff;
     for (uint64_t i = 0; i < dsp_st_n_tensors(d->m->st); i++) in->n_params += dsp_st_tensor_at(d->m->st, i)->n_elems;
+    in->layer_type = d->m->w.layers[0].ffn_down->type;
 done:
     if (st) dsp_error_prefix("drafter %s", path);
     json_decref(cfg);
