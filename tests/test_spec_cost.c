@@ -196,6 +196,33 @@ static void test_pooled_prior(void) {
     CHECK(dsp_accept_p(&a) > 0.9f);
 }
 
+/* draft_scale (the engine's calibration): rounds with drafts measured slower than the profile
+ * predicts relative to rounds without make the same drafts not pay; faster, more of them pay */
+static void test_draft_scale(void) {
+    dsp_spec_profile prof = measured_curve();
+    dsp_cost_req r = {0.5f, NULL, 8, 100, 0}; /* at best 1.48x the tokens per unit time (k = 2) */
+    dsp_cost_choose_max(&prof, 1, 0, 1, 0, 0, 1.0f, &r, 1, -1);
+    const int32_t k1 = r.k;
+    CHECK(k1 > 0);
+    dsp_cost_choose_max(&prof, 1, 0, 1, 0, 0, 1.6f, &r, 1, -1); /* drafting rounds 60% dearer than predicted */
+    CHECK_EQ_INT(r.k, 0);
+    dsp_cost_choose_max(&prof, 1, 0, 1, 0, 0, 1.0f / 1.6f, &r, 1, -1);
+    CHECK_MSG(r.k >= k1, "cheaper drafting rounds: %d drafts, %d at scale 1", r.k, k1);
+    /* the margin is against the scaled rate: just inside it nothing is drafted, just past it the
+     * unscaled choice is */
+    dsp_cost_req c = {0.7f, NULL, 8, 100, 0};
+    dsp_cost_choose(&prof, 1, 0, 1, 0, 0, &c, 1);
+    const double none = 1.0 / dsp_cost_time(&prof, 1, 0);
+    double tok = 1, a = 1;
+    for (int i = 1; i <= c.k; i++) tok += (a *= 0.7);
+    const double gain = tok / dsp_cost_time(&prof, 1 + c.k, 0) / none; /* the unscaled choice's */
+    dsp_cost_req q = c;
+    dsp_cost_choose_max(&prof, 1, 0, 1, 0, 0, (float)(gain / (1 + DSP_COST_MARGIN) * 1.01), &q, 1, -1);
+    CHECK_EQ_INT(q.k, 0);
+    dsp_cost_choose_max(&prof, 1, 0, 1, 0, 0, (float)(gain / (1 + DSP_COST_MARGIN) * 0.99), &q, 1, -1);
+    CHECK_EQ_INT(q.k, c.k);
+}
+
 /* dsp_cost_rate (mode auto's choice of source): the best prefix's rate, against a brute force */
 static void test_rate_best_prefix(void) {
     dsp_spec_profile prof = measured_curve();
@@ -226,5 +253,6 @@ int main(void) {
     DSP_RUN(test_host_time_counts);
     DSP_RUN(test_pooled_prior);
     DSP_RUN(test_rate_best_prefix);
+    DSP_RUN(test_draft_scale);
     return dsp_test_summary();
 }

@@ -41,6 +41,7 @@
 #include "model/model.h"
 #include "spec/spec.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -488,6 +489,42 @@ static dsp_engine_params test_params(int max_batch) {
     return ep;
 }
 
+/* --max-draft auto's calibration (draft.c dsp_engine_calibrate): per kind of round, the measured
+ * time over the profile's prediction; a kind not yet measured starts at every round's ratio; a
+ * kind's own averages move only with its own rounds; off, nothing moves. Synthetic rounds on a
+ * synthetic profile (a forward of n rows costs 1 + 0.1 (n - 1) of a 2 ms one). */
+static void test_calibration(void) {
+    dsp_engine_params ep = test_params(2);
+    dsp_engine *e = NULL;
+    CHECK(dsp_engine_create(g_m, &ep, &e) == DSP_OK);
+    if (!e) return;
+    static const int grid[] = {1, 2, 4, 8, 16};
+    memset(&e->prof, 0, sizeof e->prof);
+    e->prof.n = (int32_t)(sizeof grid / sizeof grid[0]);
+    for (int i = 0; i < e->prof.n; i++) e->prof.rows[i] = grid[i], e->prof.rel[i] = 1.0f + 0.1f * (float)(grid[i] - 1);
+    e->prof.one_row_ms = 2.0;
+    e->prof.ctx_tokens = 100000;
+    e->prof.draft_rel = 0.5f;
+    e->have_prof = true;
+    for (int k = 0; k < DSP_ROUND_KINDS; k++) CHECK(fabs(dsp_engine_cost_scale(e, (dsp_round_kind)k) - 1.0) < 1e-9);
+    e->round_nb = 0;
+    for (int i = 0; i < 60; i++) dsp_engine_calibrate(e, 1, 0, false, 0.0f, 4.0); /* plain rounds: 4 ms, predicted 2 */
+    const double plain = dsp_engine_cost_scale(e, DSP_ROUND_PLAIN), look = dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
+    CHECK_MSG(plain > 1.9 && plain < 2.0, "plain rounds at twice the prediction: scale %.3f", plain);
+    CHECK_MSG(look > 1.8 && look <= plain, "lookup rounds, not measured: %.3f (every round's ratio)", look);
+    e->round_nb = 1;
+    for (int i = 0; i < 60; i++) dsp_engine_calibrate(e, 4, 0, true, 0.1f, 2.0 * (0.1 + 0.5 + 1.3)); /* block rounds as predicted */
+    const double blk = dsp_engine_cost_scale(e, DSP_ROUND_BLOCK);
+    CHECK_MSG(blk > 0.95 && blk < 1.1, "block rounds as predicted: scale %.3f", blk);
+    /* plain keeps its own evidence; only its prior (4 of its ~24 units) follows every round's ratio */
+    const double plain2 = dsp_engine_cost_scale(e, DSP_ROUND_PLAIN);
+    CHECK_MSG(plain2 > 0.9 * plain && plain2 > 1.6 * blk, "plain after block rounds: %.3f -> %.3f (block %.3f)", plain, plain2, blk);
+    e->no_calibration = true;
+    dsp_engine_calibrate(e, 1, 0, false, 0.0f, 400.0);
+    CHECK(dsp_engine_cost_scale(e, DSP_ROUND_BLOCK) == blk);
+    dsp_engine_destroy(e);
+}
+
 /* --max-draft auto next to a prefill: with a synthetic cost profile (a forward of n rows costs
  * 1 + 0.1 (n - 1) one-row forwards, no context or host term) two decoding requests whose drafts
  * are always right draft as much as the budget allows; while a prompt is prefilled next to them,
@@ -614,6 +651,7 @@ int main(void) {
     DSP_RUN(test_q_drafter);
     DSP_RUN(test_taps_drafter);
     DSP_RUN(test_prefill_draft_cap);
+    DSP_RUN(test_calibration);
     DSP_RUN(test_sampling_equals_baseline);
     DSP_RUN(test_greedy_lossless);
     dsp_engine_destroy(g_e);
