@@ -415,8 +415,8 @@ void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool draft
  * the drafts, so it is a stopping rule. */
 static int32_t worth_drafting(dsp_engine *e, dsp_req *r, int32_t cap, float draft_cost, int n_decode) {
     dsp_cost_req c = {dsp_accept_p(&r->acc[0]), NULL, cap, r->n_tokens, 0};
-    dsp_cost_choose_max(&e->prof, n_decode, 0, n_decode, host_cost(e), draft_cost, (float)(dsp_engine_cost_scale(e, DSP_ROUND_BLOCK) / dsp_engine_cost_scale(e, DSP_ROUND_PLAIN)),
-                        &c, 1, -1);
+    const float scale = (float)(dsp_engine_cost_scale(e, DSP_ROUND_BLOCK) / dsp_engine_cost_scale(e, DSP_ROUND_PLAIN));
+    dsp_cost_choose_max(&e->prof, n_decode, 0, n_decode, host_cost(e), draft_cost, scale, &c, 1, -1);
     return c.k;
 }
 
@@ -431,7 +431,8 @@ static pick_src pick_source(dsp_engine *e, dsp_req *r, int32_t k_lookup, int32_t
     double none = dsp_cost_rate(pr, n_decode, host, 0, 0) / dsp_engine_cost_scale(e, DSP_ROUND_PLAIN), look = 0, blk = 0;
     if (k_lookup > 0)
         look = dsp_cost_rate(pr, n_decode, host, dsp_accept_p(&r->acc[dsp_accept_bucket(match_len)]), k_lookup) / dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
-    if (block_cap > 0) blk = dsp_cost_rate(pr, n_decode, host + pr->draft_rel, dsp_accept_p(&r->acc[0]), block_cap) / dsp_engine_cost_scale(e, DSP_ROUND_BLOCK);
+    if (block_cap > 0)
+        blk = dsp_cost_rate(pr, n_decode, host + pr->draft_rel, dsp_accept_p(&r->acc[0]), block_cap) / dsp_engine_cost_scale(e, DSP_ROUND_BLOCK);
     if (blk > (1.0 + DSP_COST_MARGIN) * none && blk > look) return PICK_BLOCK;
     return look > none ? PICK_LOOKUP : PICK_NONE;
 }
