@@ -23,8 +23,11 @@
  * shorter one did not. For a fixed number of extra rows the top of the ranking is the set with the
  * largest expected gain (a_q is non-increasing in i, so it is a set of prefixes). The rule decides
  * whether to verify draft i from the estimates alone, never from the drafted tokens, so the output
- * stays lossless. O is the round's host time outside the forward (drafting, verification,
- * emission), measured by the engine; it is paid with or without drafts. Drafting at all must beat
+ * stays lossless. O is the round's host time outside the forward and the block drafter (lookup,
+ * verification, emission), measured by the engine; it is paid with or without drafts. The engine
+ * also measures how far real rounds of each kind (no drafts, lookup's, the block drafter's) run
+ * from the profile's prediction and passes the ratio of drafting rounds to plain ones as
+ * draft_scale (engine/draft.c, "the calibration"). Drafting at all must beat
  * the empty prefix by DSP_COST_MARGIN: the estimates of the drafts that rank first are biased high
  * (they rank first partly because they came out high), and a round near break-even is better left
  * plain.
