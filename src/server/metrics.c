@@ -131,6 +131,14 @@ char *dsp_srv_metrics_text(dsp_srv *s) {
         scalar(&b, "dspark_forward_seconds_total", "counter", "Time in the rounds' target forwards.", es.forward_ms / 1e3);
         scalar(&b, "dspark_round_host_seconds_total", "counter",
                "Time in the rounds outside the forward (drafting, verification, sampling, detokenization, events).", es.host_ms / 1e3);
+        h = "# HELP dspark_round_cost_scale --max-draft auto's calibration: measured / profiled time of recent decode-only rounds, by kind.\n"
+            "# TYPE dspark_round_cost_scale gauge\n";
+        dsp_srv_sb_add(&b, h, strlen(h));
+        static const char *const kinds[3] = {"plain", "lookup", "block"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(line, sizeof line, "dspark_round_cost_scale{kind=\"%s\"} %.4f\n", kinds[k], es.cost_scale[k]);
+            dsp_srv_sb_add(&b, line, strlen(line));
+        }
     }
     scalar(&b, "dspark_spec_rounds_total", "counter", "Target forwards that decided tokens (speculation rounds).", (double)atomic_load(&m->spec_rounds));
     scalar(&b, "dspark_spec_drafted_tokens_total", "counter", "Draft tokens proposed and verified.", (double)atomic_load(&m->spec_drafted));

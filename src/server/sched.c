@@ -214,6 +214,7 @@ static void publish_stats(dsp_srv *s) {
     s->engine_stats.forward_rows = es.forward_rows;
     s->engine_stats.forward_ms = es.forward_ms;
     s->engine_stats.host_ms = es.host_ms;
+    memcpy(s->engine_stats.cost_scale, es.cost_scale, sizeof es.cost_scale);
     pthread_mutex_unlock(&s->q_mu);
 }
 

@@ -254,6 +254,7 @@ typedef struct dsp_srv_engine_stats {
     uint32_t block_tokens, peak_running; /* KV block size; most requests that shared one round */
     uint64_t rounds, forward_rows;       /* rounds run, rows of their target forwards */
     double forward_ms, host_ms;          /* time in the forwards, and in the rounds outside them */
+    double cost_scale[3];                /* --max-draft auto's calibration (dsp_engine_stats) */
 } dsp_srv_engine_stats;
 
 struct dsp_srv;

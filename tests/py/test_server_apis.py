@@ -241,5 +241,7 @@ def test_metrics_after_mixed_load(srv):
     inf = [s.value for s in ttft.samples if s.name.endswith("_bucket") and s.labels["le"] == "+Inf"][0]
     assert count >= 3 and inf == count
     for name in ("dspark_inter_token_latency_seconds", "dspark_spec_accepted_length", "dspark_queue_depth", "dspark_spec_rounds",
-                 "dspark_connections_open", "dspark_prompt_tokens_cached"):
+                 "dspark_connections_open", "dspark_prompt_tokens_cached", "dspark_round_cost_scale"):
         assert name in fams, name
+    scales = {s.labels["kind"]: s.value for s in fams["dspark_round_cost_scale"].samples}
+    assert set(scales) == {"plain", "lookup", "block"} and all(v > 0 for v in scales.values()), scales
