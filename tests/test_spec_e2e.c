@@ -508,19 +508,20 @@ static void test_calibration(void) {
     e->have_prof = true;
     for (int k = 0; k < DSP_ROUND_KINDS; k++) CHECK(fabs(dsp_engine_cost_scale(e, (dsp_round_kind)k) - 1.0) < 1e-9);
     e->round_nb = 0;
-    for (int i = 0; i < 60; i++) dsp_engine_calibrate(e, 1, 0, false, 0.0f, 4.0); /* plain rounds: 4 ms, predicted 2 */
+    for (int i = 0; i < 60; i++) dsp_engine_calibrate(e, 1, 0, false, 4.0); /* plain rounds: 4 ms, predicted 2 */
     const double plain = dsp_engine_cost_scale(e, DSP_ROUND_PLAIN), look = dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
     CHECK_MSG(plain > 1.9 && plain < 2.0, "plain rounds at twice the prediction: scale %.3f", plain);
     CHECK_MSG(look > 1.8 && look <= plain, "lookup rounds, not measured: %.3f (every round's ratio)", look);
     e->round_nb = 1;
-    for (int i = 0; i < 60; i++) dsp_engine_calibrate(e, 4, 0, true, 0.1f, 2.0 * (0.1 + 0.5 + 1.3)); /* block rounds as predicted */
+    e->host_ms = 0.2; /* the host time the choices assume: 0.1 of the 2 ms 1-row forward */
+    for (int i = 0; i < 60; i++) dsp_engine_calibrate(e, 4, 0, true, 2.0 * (0.1 + 0.5 + 1.3)); /* block rounds as predicted */
     const double blk = dsp_engine_cost_scale(e, DSP_ROUND_BLOCK);
     CHECK_MSG(blk > 0.95 && blk < 1.1, "block rounds as predicted: scale %.3f", blk);
     /* plain keeps its own evidence; only its prior (4 of its ~24 units) follows every round's ratio */
     const double plain2 = dsp_engine_cost_scale(e, DSP_ROUND_PLAIN);
     CHECK_MSG(plain2 > 0.9 * plain && plain2 > 1.6 * blk, "plain after block rounds: %.3f -> %.3f (block %.3f)", plain, plain2, blk);
     e->no_calibration = true;
-    dsp_engine_calibrate(e, 1, 0, false, 0.0f, 400.0);
+    dsp_engine_calibrate(e, 1, 0, false, 400.0);
     CHECK(dsp_engine_cost_scale(e, DSP_ROUND_BLOCK) == blk);
     dsp_engine_destroy(e);
 }

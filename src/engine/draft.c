@@ -396,11 +396,11 @@ double dsp_engine_cost_scale(const dsp_engine *e, dsp_round_kind k) {
 /* the block drafter's cost for nb requests in one round, in units of a 1-row forward */
 static float block_cost(const dsp_engine *e, int nb) { return nb ? e->prof.draft_rel + (float)(nb - 1) * e->prof.draft_rel_per_req : 0; }
 
-void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool drafted, float host, double ms) {
+void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool drafted, double ms) {
     const dsp_spec_profile *p = &e->prof;
     if (!e->have_prof || p->n <= 0 || p->one_row_ms <= 0 || e->no_calibration) return;
     const dsp_round_kind k = e->round_nb > 0 ? DSP_ROUND_BLOCK : drafted ? DSP_ROUND_LOOKUP : DSP_ROUND_PLAIN;
-    const double pred = (double)host + (double)block_cost(e, e->round_nb) + (double)dsp_cost_time(p, rows, extra_keys);
+    const double pred = (double)host_cost(e) + (double)block_cost(e, e->round_nb) + (double)dsp_cost_time(p, rows, extra_keys);
     e->cal_act[k] = CAL_KEEP * e->cal_act[k] + ms / p->one_row_ms;
     e->cal_pred[k] = CAL_KEEP * e->cal_pred[k] + pred;
     e->cal_act_all = CAL_KEEP * e->cal_act_all + ms / p->one_row_ms;

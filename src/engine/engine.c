@@ -880,7 +880,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
     if (host < 0) host = 0;
     e->st.host_ms += host + e->round_block_ms;
     if (n_dec > 0 && n_dec == n_seqs) { /* a decode-only round, for --max-draft auto (draft.c) */
-        dsp_engine_calibrate(e, n, cal_extra, cal_drafted, e->prof.one_row_ms > 0 ? (float)(e->host_ms / e->prof.one_row_ms) : 0, t_all);
+        dsp_engine_calibrate(e, n, cal_extra, cal_drafted, t_all); /* before host_ms takes this round in: the host time the choice assumed */
     }
     if (n_dec > 0) /* a decoding round's host time outside the forward and the block drafter */
         e->host_ms = e->host_ms > 0 ? 0.9 * e->host_ms + 0.1 * host : host;

@@ -187,9 +187,10 @@ int dsp_engine_prefill_budget(const dsp_engine *e, int decode_rows, int n_decodi
  * only the rows' argmax comes back (e->argmax), not their logits. */
 dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax);
 /* After a decode-only round with a cost profile: `rows` rows in the forward, `extra_keys` keys
- * beyond the profile's context, `drafted` whether any row was a draft, `host` the host time the
- * round's choice assumed (units of a 1-row forward), `ms` the whole round's measured time. */
-void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool drafted, float host, double ms);
+ * beyond the profile's context, `drafted` whether any row was a draft, `ms` the whole round's
+ * measured time. Call it before host_ms takes the round in: the prediction uses the host time the
+ * round's choice assumed. */
+void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool drafted, double ms);
 /* A kind's measured / predicted round time (1 before any was measured). */
 double dsp_engine_cost_scale(const dsp_engine *e, dsp_round_kind k);
 /* After r's verification: acceptance statistics, the trace, how many were kept. emitted: tokens
