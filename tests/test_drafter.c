@@ -597,6 +597,54 @@ static void test_draft_vocab_sampling(void) {
     dsp_engine_destroy(e);
 }
 
+/* --max-draft auto explores a block drafter it has no evidence for (draft.c block_accept_p). With
+ * a synthetic cost profile (a forward of n rows costs 1 + 0.3 (n - 1), the drafter 0.2, no host or
+ * context term, calibration off), a drafter accepting half its drafts does not pay and one accepting
+ * 70% does, so without exploration a drafter never run (the pool's prior of 1/2) would never run.
+ * Fresh, it runs; with the pool holding evidence of poor acceptance, it does not; with no evidence
+ * but the exploration's runs spent, it does not either. Lossless throughout. */
+static void test_explore(void) {
+    dsp_engine *e = make_engine(g_names[2], 1, false); /* a fresh engine: no rounds of the drafter yet */
+    if (!e) return;
+    static const int grid[] = {1, 2, 4, 8, 16};
+    memset(&e->prof, 0, sizeof e->prof);
+    e->prof.n = (int32_t)(sizeof grid / sizeof grid[0]);
+    for (int i = 0; i < e->prof.n; i++) e->prof.rows[i] = grid[i], e->prof.rel[i] = 1.0f + 0.3f * (float)(grid[i] - 1);
+    e->prof.one_row_ms = 1e9;
+    e->prof.ctx_tokens = 100000;
+    e->prof.draft_rel = 0.2f;
+    e->have_prof = true;
+    e->no_calibration = true;
+    int32_t ids[256];
+    int n = tokenize(g_prompts[2], ids, 256);
+    dsp_gen_params gp = dsp_gen_default_params();
+    gp.max_tokens = 48;
+    gp.ignore_eos = true;
+    static run_out base, a;
+    run(g_plain, ids, n, &gp, &base);
+    dsp_gen_params sp = gp;
+    sp.mode = DSP_SPEC_DSPARK;
+    sp.max_draft = DSP_DRAFT_AUTO;
+    dsp_engine_stats st;
+    for (int phase = 0; phase < 3; phase++) {
+        if (phase == 1) e->acc_pool[0] = (dsp_accept){2.0f, 20.0f}; /* 20 trials, 2 accepted */
+        if (phase == 2) e->acc_pool[0] = (dsp_accept){0, 0}, e->st.block_drafts = 24; /* no evidence, the exploration's runs spent */
+        dsp_engine_get_stats(e, &st);
+        const uint64_t before = st.block_drafts;
+        run(e, ids, n, &sp, &a);
+        same(&base, &a, phase == 0 ? "explore: fresh" : phase == 1 ? "explore: poor evidence" : "explore: runs spent");
+        dsp_engine_get_stats(e, &st);
+        const uint64_t runs = st.block_drafts - before;
+        if (phase == 0) {
+            fprintf(stderr, "  exploration: %llu drafter runs, %zu of %zu drafts accepted\n", (unsigned long long)runs, a.r.n_accepted, a.r.n_drafted);
+            CHECK_MSG(runs > 0 && a.r.n_drafted > 0, "a fresh drafter ran %llu times", (unsigned long long)runs);
+        } else {
+            CHECK_MSG(runs == 0, "phase %d: the drafter ran %llu times", phase, (unsigned long long)runs);
+        }
+    }
+    dsp_engine_destroy(e);
+}
+
 static void test_bad_params(void) {
     int32_t ids[8] = {1, 2, 3, 4};
     dsp_gen_params gp = dsp_gen_default_params();
@@ -645,6 +693,7 @@ int main(void) {
         DSP_RUN(test_sampling_exact);
         DSP_RUN(test_draft_vocab_greedy);
         DSP_RUN(test_draft_vocab_sampling);
+        DSP_RUN(test_explore);
     }
     for (int i = 0; i < N_DRAFTERS; i++) dsp_engine_destroy(g_eng[i]);
     dsp_engine_destroy(g_plain);

@@ -409,12 +409,28 @@ void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool draft
              dsp_engine_cost_scale(e, DSP_ROUND_PLAIN), dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP), dsp_engine_cost_scale(e, DSP_ROUND_BLOCK));
 }
 
+/* The block drafter's acceptance estimate for r's next round. Exploration: until the engine has
+ * seen EXPLORE_TRIALS trials of the block drafter (pooled over every request), the estimate is at
+ * least EXPLORE_P. A drafter never run keeps the pool's prior of 1/2, and where the cost profile
+ * says a drafter accepting half its drafts does not pay (the 2-core Xeon: verify rows and the
+ * drafter cost ~0.4 of a forward each), it would never run, however good it is. The optimism ends
+ * after a few rounds (each adds one trial per accepted draft plus one per rejection); the pool
+ * decays only in rounds that draft, so the evidence stays once the drafter is left off. */
+#define EXPLORE_TRIALS 12.0f
+#define EXPLORE_RUNS 24 /* and at most this many drafter runs in all (confidence may verify none) */
+#define EXPLORE_P 0.7f
+static float block_accept_p(const dsp_engine *e, const dsp_req *r) {
+    const float p = dsp_accept_p(&r->acc[0]);
+    const bool explore = e->acc_pool[0].t < EXPLORE_TRIALS && e->st.block_drafts < EXPLORE_RUNS;
+    return explore && p < EXPLORE_P ? EXPLORE_P : p;
+}
+
 /* --max-draft auto, before drafting: how many of r's drafts are expected to pay for the drafter
  * (0: none, so it does not run), in a round where n_decode requests decode anyway. Only that many
  * slots are decoded (LM head, Markov steps): the choice uses the acceptance estimate alone, never
  * the drafts, so it is a stopping rule. */
 static int32_t worth_drafting(dsp_engine *e, dsp_req *r, int32_t cap, float draft_cost, int n_decode) {
-    dsp_cost_req c = {dsp_accept_p(&r->acc[0]), NULL, cap, r->n_tokens, 0};
+    dsp_cost_req c = {block_accept_p(e, r), NULL, cap, r->n_tokens, 0};
     const float scale = (float)(dsp_engine_cost_scale(e, DSP_ROUND_BLOCK) / dsp_engine_cost_scale(e, DSP_ROUND_PLAIN));
     dsp_cost_choose_max(&e->prof, n_decode, 0, n_decode, host_cost(e), draft_cost, scale, &c, 1, -1);
     return c.k;
@@ -432,7 +448,7 @@ static pick_src pick_source(dsp_engine *e, dsp_req *r, int32_t k_lookup, int32_t
     if (k_lookup > 0)
         look = dsp_cost_rate(pr, n_decode, host, dsp_accept_p(&r->acc[dsp_accept_bucket(match_len)]), k_lookup) / dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
     if (block_cap > 0)
-        blk = dsp_cost_rate(pr, n_decode, host + pr->draft_rel, dsp_accept_p(&r->acc[0]), block_cap) / dsp_engine_cost_scale(e, DSP_ROUND_BLOCK);
+        blk = dsp_cost_rate(pr, n_decode, host + pr->draft_rel, block_accept_p(e, r), block_cap) / dsp_engine_cost_scale(e, DSP_ROUND_BLOCK);
     if (blk > (1.0 + DSP_COST_MARGIN) * none && blk > look) return PICK_BLOCK;
     return look > none ? PICK_LOOKUP : PICK_NONE;
 }
@@ -574,7 +590,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
         if (r->state != DSP_REQ_DECODE) continue;
         if (r->n_tokens > e->prof.ctx_tokens) base_extra += r->n_tokens - e->prof.ctx_tokens;
         if (r->p.max_draft != DSP_DRAFT_AUTO || r->k == 0) continue;
-        e->creqs[nc] = (dsp_cost_req){dsp_accept_p(&r->acc[r->acc_b]), NULL, r->k, r->n_tokens, 0};
+        e->creqs[nc] = (dsp_cost_req){r->src == DSP_SRC_BLOCK ? block_accept_p(e, r) : dsp_accept_p(&r->acc[r->acc_b]), NULL, r->k, r->n_tokens, 0};
         nc++;
     }
     if (nc == 0) return DSP_OK;
