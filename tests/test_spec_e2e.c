@@ -520,9 +520,24 @@ static void test_calibration(void) {
     /* plain keeps its own evidence; only its prior (4 of its ~24 units) follows every round's ratio */
     const double plain2 = dsp_engine_cost_scale(e, DSP_ROUND_PLAIN);
     CHECK_MSG(plain2 > 0.9 * plain && plain2 > 1.6 * blk, "plain after block rounds: %.3f -> %.3f (block %.3f)", plain, plain2, blk);
+    /* one stall (a round 40x its prediction: a CUDA graph captured) moves a kind's ratio a bounded
+     * step, and a kind left unused returns to the prior in other kinds' rounds */
+    e->round_nb = 0;
+    for (int i = 0; i < 60; i++) dsp_engine_calibrate(e, 3, 0, true, 2.0 * (0.1 + 1.2)); /* lookup rounds as predicted */
+    const double look1 = dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
+    dsp_engine_calibrate(e, 3, 0, true, 40 * 2.0 * (0.1 + 1.2));
+    const double look2 = dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
+    CHECK_MSG(look1 > 0.95 && look1 < 1.05 && look2 > look1 && look2 < 1.05 * look1, "lookup ratio %.3f, after one stall %.3f", look1, look2);
+    for (int i = 0; i < 40; i++) dsp_engine_calibrate(e, 3, 0, true, 40 * 2.0 * (0.1 + 1.2));
+    const double look3 = dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
+    CHECK_MSG(look3 > 2.0, "lookup rounds that stay dear are learnt (in bounded steps): %.3f", look3);
+    for (int i = 0; i < 1000; i++) dsp_engine_calibrate(e, 1, 0, false, 2.0 * (0.1 + 1.0)); /* plain rounds as predicted */
+    const double look4 = dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
+    CHECK_MSG(look4 < 1.2, "unused for 1000 rounds, lookup's ratio returns towards the prior: %.3f", look4);
+    const double blk2 = dsp_engine_cost_scale(e, DSP_ROUND_BLOCK);
     e->no_calibration = true;
     dsp_engine_calibrate(e, 1, 0, false, 400.0);
-    CHECK(dsp_engine_cost_scale(e, DSP_ROUND_BLOCK) == blk);
+    CHECK(dsp_engine_cost_scale(e, DSP_ROUND_BLOCK) == blk2);
     dsp_engine_destroy(e);
 }
 

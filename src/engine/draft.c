@@ -380,8 +380,12 @@ static float host_cost(const dsp_engine *e) { return e->prof.one_row_ms > 0 ? (f
  * margin did not cover it, and mode auto drafted where drafting lost (0.83x baseline on held-out
  * chat). So the engine compares every decode-only round's measured time with the profile's
  * prediction for it, per kind (dsp_round_kind), and weighs each alternative by its kind's ratio.
- * A kind's averages decay only when it is measured: costs are the machine's, not the text's. */
+ * A kind's averages decay mostly when it is measured (costs are the machine's, not the text's),
+ * and slowly in other kinds' rounds, so that a kind left unused returns to the prior and is tried
+ * again; each round's step is bounded (CAL_CLAMP), so that one stall does not decide a kind. */
 #define CAL_KEEP 0.95 /* about the last 20 rounds of the kind */
+#define CAL_CLAMP 1.5 /* a round counts as at most 1.5x (at least 1/1.5 of) its kind's current ratio */
+#define CAL_FORGET 0.995 /* per round of another kind: a kind left unused drifts back to the prior */
 #define CAL_PRIOR 4.0 /* a kind's ratio starts at every round's ratio, weighted as 4 units of predicted
                        * time (about 2 rounds); that one starts at 1. A kind not yet measured thus
                        * inherits the profile's overall bias (its 1-row time off by 10-40% between
@@ -401,9 +405,20 @@ void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool draft
     if (!e->have_prof || p->n <= 0 || p->one_row_ms <= 0 || e->no_calibration) return;
     const dsp_round_kind k = e->round_nb > 0 ? DSP_ROUND_BLOCK : drafted ? DSP_ROUND_LOOKUP : DSP_ROUND_PLAIN;
     const double pred = (double)host_cost(e) + (double)block_cost(e, e->round_nb) + (double)dsp_cost_time(p, rows, extra_keys);
-    e->cal_act[k] = CAL_KEEP * e->cal_act[k] + ms / p->one_row_ms;
+    if (!(pred > 0) || !(ms >= 0)) return;
+    /* One round moves a ratio by a bounded step: a stall (a CUDA graph captured for a new shape, the
+     * process descheduled) is one round, not the kind's cost. Unbounded, on an H100 the first lookup
+     * rounds (new row counts, each captured) put lookup's ratio at 2.0, lookup then never drafted
+     * again, and its ratio never came back: `--mode lookup` ran at 1.00x where it had given 1.09-2.89x. */
+    const double r = ms / p->one_row_ms / pred, est = dsp_engine_cost_scale(e, k);
+    const double all = (e->cal_act_all + CAL_PRIOR) / (e->cal_pred_all + CAL_PRIOR);
+    const double rk = r > CAL_CLAMP * est ? CAL_CLAMP * est : r < est / CAL_CLAMP ? est / CAL_CLAMP : r;
+    const double ra = r > CAL_CLAMP * all ? CAL_CLAMP * all : r < all / CAL_CLAMP ? all / CAL_CLAMP : r;
+    for (int j = 0; j < DSP_ROUND_KINDS; j++)
+        if (j != (int)k) e->cal_act[j] *= CAL_FORGET, e->cal_pred[j] *= CAL_FORGET;
+    e->cal_act[k] = CAL_KEEP * e->cal_act[k] + rk * pred;
     e->cal_pred[k] = CAL_KEEP * e->cal_pred[k] + pred;
-    e->cal_act_all = CAL_KEEP * e->cal_act_all + ms / p->one_row_ms;
+    e->cal_act_all = CAL_KEEP * e->cal_act_all + ra * pred;
     e->cal_pred_all = CAL_KEEP * e->cal_pred_all + pred;
     DSP_LOGD("round kind %d rows %d: %.2f ms, predicted %.2f ms; scales %.3f %.3f %.3f", (int)k, rows, ms, pred * p->one_row_ms,
              dsp_engine_cost_scale(e, DSP_ROUND_PLAIN), dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP), dsp_engine_cost_scale(e, DSP_ROUND_BLOCK));
