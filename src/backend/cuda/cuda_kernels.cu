@@ -292,6 +292,7 @@ struct attn_args {
  * loads of ATT_KB keys are issued before their first use. Dynamic shared memory: q [G][hd],
  * scores [G][chunk], output partials [ATT_WARPS][G][hd], slots [chunk]. */
 constexpr int ATT_WARPS = 4, ATT_KB = 4;
+constexpr int ATT_MAX_CHUNKS = 32; /* chunks of a row at most (dsp_cu_attn_max_chunks) */
 
 __device__ __forceinline__ void kv_load4(const uint16_t *p, float f[4], bool bf16) {
     const uint2 r = *(const uint2 *)p;
@@ -313,7 +314,14 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
     float *qs = smem, *sc = qs + G * hd, *po = sc + G * CH;
     int64_t *slot = (int64_t *)(po + ATT_WARPS * G * hd + (G * hd + G * CH + ATT_WARPS * G * hd) % 2); /* 8-byte aligned */
     const float *qr = a.q + (int64_t)row * a.n_head * hd + (int64_t)kvh * G * hd;
-    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = qr[i];
+    for (int i0 = threadIdx.x; i0 < G * hd; i0 += PB * blockDim.x) { /* PB loads at once (prep_kernel) */
+        float v[PB];
+#pragma unroll
+        for (int j = 0; j < PB; j++) v[j] = i0 + j * (int)blockDim.x < G * hd ? qr[i0 + j * blockDim.x] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < PB; j++)
+            if (i0 + j * (int)blockDim.x < G * hd) qs[i0 + j * blockDim.x] = v[j];
+    }
     const int64_t lbase = (int64_t)a.layer * a.kv.n_blocks * bt;
     for (int j = threadIdx.x; j < n; j += blockDim.x) slot[j] = (lbase + kv_slot(a.m, bt, row, k0 + j)) * kv_dim + (int64_t)kvh * hd;
     __syncthreads();
@@ -426,13 +434,27 @@ __global__ void attn_merge_kernel(float *out, const float *part, int n_head, int
     const int row = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int nk = m.n_keys[row], nch = dsp_cu_attn_chunks(nk, cmin);
     const float *p = part + ((int64_t)row * n_head + h) * max_chunks * (hd + 2);
+    /* the chunks' max and sum, one thread each, then their weights exp(m_c - max): every thread
+     * then reads them from shared memory instead of 3 x nch dependent global loads */
+    __shared__ float cm[ATT_MAX_CHUNKS], cl[ATT_MAX_CHUNKS], ce[ATT_MAX_CHUNKS];
+    if (threadIdx.x < nch) cm[threadIdx.x] = p[threadIdx.x * (hd + 2) + hd], cl[threadIdx.x] = p[threadIdx.x * (hd + 2) + hd + 1];
+    __syncthreads();
     float mx = -INFINITY;
-    for (int c = 0; c < nch; c++) mx = fmaxf(mx, p[c * (hd + 2) + hd]);
+    for (int c = 0; c < nch; c++) mx = fmaxf(mx, cm[c]);
+    if (threadIdx.x < nch) ce[threadIdx.x] = expf(cm[threadIdx.x] - mx);
+    __syncthreads();
     float l = 0.0f;
-    for (int c = 0; c < nch; c++) l += p[c * (hd + 2) + hd + 1] * expf(p[c * (hd + 2) + hd] - mx);
+    for (int c = 0; c < nch; c++) l += cl[c] * ce[c];
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0.0f;
-        for (int c = 0; c < nch; c++) o = fmaf(p[c * (hd + 2) + d], expf(p[c * (hd + 2) + hd] - mx), o);
+        for (int c0 = 0; c0 < nch; c0 += PB) { /* PB chunks' loads at once, added in chunk order */
+            float v[PB];
+#pragma unroll
+            for (int j = 0; j < PB; j++) v[j] = c0 + j < nch ? p[(c0 + j) * (hd + 2) + d] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < PB; j++)
+                if (c0 + j < nch) o = fmaf(v[j], ce[c0 + j], o);
+        }
         out[((int64_t)row * n_head + h) * hd + d] = l > 0.0f ? o / l : 0.0f;
     }
 }
@@ -663,7 +685,7 @@ cudaError_t dsp_cu_attention(float *out, const float *q, const dsp_cu_kv *kv, in
                              int head_dim, float scale, int max_chunks, int max_chunk_len, float *part, const dsp_cu_meta *m,
                              cudaStream_t st) {
     const int G = n_head / n_head_kv;
-    if (G > MAX_GROUP || head_dim % 8) return cudaErrorInvalidValue;
+    if (G > MAX_GROUP || head_dim % 8 || max_chunks > ATT_MAX_CHUNKS) return cudaErrorInvalidValue;
     attn_args a = {q, *kv, layer, n_head, n_head_kv, head_dim, max_chunks, dsp_cu_attn_cmin(), scale, part, *m};
     const dim3 grid((unsigned)(n * n_head_kv), (unsigned)max_chunks);
     const size_t sm = attn_smem(G, head_dim, max_chunk_len);
