@@ -33,6 +33,7 @@
 #include "dsp_stats.h"
 #include "dsp_test.h"
 #include "dsp_test_events.h"
+#include "dsp_test_profile.h"
 
 #include "engine/engine.h"
 #include "model/model.h"
@@ -606,14 +607,7 @@ static void test_draft_vocab_sampling(void) {
 static void test_explore(void) {
     dsp_engine *e = make_engine(g_names[2], 1, false); /* a fresh engine: no rounds of the drafter yet */
     if (!e) return;
-    static const int grid[] = {1, 2, 4, 8, 16};
-    memset(&e->prof, 0, sizeof e->prof);
-    e->prof.n = (int32_t)(sizeof grid / sizeof grid[0]);
-    for (int i = 0; i < e->prof.n; i++) e->prof.rows[i] = grid[i], e->prof.rel[i] = 1.0f + 0.3f * (float)(grid[i] - 1);
-    e->prof.one_row_ms = 1e9;
-    e->prof.ctx_tokens = 100000;
-    e->prof.draft_rel = 0.2f;
-    e->have_prof = true;
+    dsp_test_linear_profile(e, 0.3f, 1e9, 0.2f);
     e->no_calibration = true;
     int32_t ids[256];
     int n = tokenize(g_prompts[2], ids, 256);

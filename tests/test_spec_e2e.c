@@ -33,6 +33,7 @@
 /* ctest-label: e2e */
 #include "dsp_test.h"
 #include "dsp_test_events.h"
+#include "dsp_test_profile.h"
 
 #include "backend/backend.h"
 #include "dspark.h"
@@ -498,14 +499,7 @@ static void test_calibration(void) {
     dsp_engine *e = NULL;
     CHECK(dsp_engine_create(g_m, &ep, &e) == DSP_OK);
     if (!e) return;
-    static const int grid[] = {1, 2, 4, 8, 16};
-    memset(&e->prof, 0, sizeof e->prof);
-    e->prof.n = (int32_t)(sizeof grid / sizeof grid[0]);
-    for (int i = 0; i < e->prof.n; i++) e->prof.rows[i] = grid[i], e->prof.rel[i] = 1.0f + 0.1f * (float)(grid[i] - 1);
-    e->prof.one_row_ms = 2.0;
-    e->prof.ctx_tokens = 100000;
-    e->prof.draft_rel = 0.5f;
-    e->have_prof = true;
+    dsp_test_linear_profile(e, 0.1f, 2.0, 0.5f);
     for (int k = 0; k < DSP_ROUND_KINDS; k++) CHECK(fabs(dsp_engine_cost_scale(e, (dsp_round_kind)k) - 1.0) < 1e-9);
     e->round_nb = 0;
     for (int i = 0; i < 60; i++) dsp_engine_calibrate(e, 1, 0, false, 4.0); /* plain rounds: 4 ms, predicted 2 */
@@ -554,13 +548,7 @@ static void test_prefill_draft_cap(void) {
     dsp_engine *e = NULL;
     CHECK(dsp_engine_create(g_m, &ep, &e) == DSP_OK);
     if (!e) return;
-    static const int grid[] = {1, 2, 4, 8, 16, 32, 64};
-    memset(&e->prof, 0, sizeof e->prof);
-    e->prof.n = (int32_t)(sizeof grid / sizeof grid[0]);
-    for (int i = 0; i < e->prof.n; i++) e->prof.rows[i] = grid[i], e->prof.rel[i] = 1.0f + 0.1f * (float)(grid[i] - 1);
-    e->prof.one_row_ms = 1e9; /* the measured host time per round divided by this: ~0 */
-    e->prof.ctx_tokens = 100000;
-    e->have_prof = true;
+    dsp_test_linear_profile(e, 0.1f, 1e9, 0); /* one_row_ms 1e9: the measured host time per round is ~0 */
     e->no_calibration = true; /* the measured round times would weigh in */
 
     int32_t p[256], lp[256];
