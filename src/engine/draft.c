@@ -408,8 +408,9 @@ void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool draft
     if (!(pred > 0) || !(ms >= 0)) return;
     /* One round moves a ratio by a bounded step: a stall (a CUDA graph captured for a new shape, the
      * process descheduled) is one round, not the kind's cost. Unbounded, on an H100 the first lookup
-     * rounds (new row counts, each captured) put lookup's ratio at 2.0, lookup then never drafted
-     * again, and its ratio never came back: `--mode lookup` ran at 1.00x where it had given 1.09-2.89x. */
+     * rounds put lookup's ratio at 2.0 (likely graph captures: each new row count is one), lookup then
+     * never drafted again, and its ratio never came back: `--mode lookup` ran at 1.00x where it had
+     * given 1.09-2.89x. */
     const double r = ms / p->one_row_ms / pred, est = dsp_engine_cost_scale(e, k);
     const double all = (e->cal_act_all + CAL_PRIOR) / (e->cal_pred_all + CAL_PRIOR);
     const double rk = r > CAL_CLAMP * est ? CAL_CLAMP * est : r < est / CAL_CLAMP ? est / CAL_CLAMP : r;
