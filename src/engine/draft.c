@@ -392,10 +392,15 @@ static float host_cost(const dsp_engine *e) { return e->prof.one_row_ms > 0 ? (f
                        * measurements here) instead of looking cheaper or dearer than the kinds that
                        * were measured */
 
+/* every decode-only round's ratio (the kinds' prior) */
+static double cost_scale_all(const dsp_engine *e) { return (e->cal_act_all + CAL_PRIOR) / (e->cal_pred_all + CAL_PRIOR); }
+
 double dsp_engine_cost_scale(const dsp_engine *e, dsp_round_kind k) {
-    const double all = (e->cal_act_all + CAL_PRIOR) / (e->cal_pred_all + CAL_PRIOR);
-    return (e->cal_act[k] + CAL_PRIOR * all) / (e->cal_pred[k] + CAL_PRIOR);
+    return (e->cal_act[k] + CAL_PRIOR * cost_scale_all(e)) / (e->cal_pred[k] + CAL_PRIOR);
 }
+
+/* a round's ratio r as one step for an average now at est (CAL_CLAMP) */
+static double cal_step(double r, double est) { return r > CAL_CLAMP * est ? CAL_CLAMP * est : r < est / CAL_CLAMP ? est / CAL_CLAMP : r; }
 
 /* the block drafter's cost for nb requests in one round, in units of a 1-row forward */
 static float block_cost(const dsp_engine *e, int nb) { return nb ? e->prof.draft_rel + (float)(nb - 1) * e->prof.draft_rel_per_req : 0; }
@@ -411,10 +416,8 @@ void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool draft
      * rounds put lookup's ratio at 2.0 (likely graph captures: each new row count is one), lookup then
      * never drafted again, and its ratio never came back: `--mode lookup` ran at 1.00x where it had
      * given 1.09-2.89x. */
-    const double r = ms / p->one_row_ms / pred, est = dsp_engine_cost_scale(e, k);
-    const double all = (e->cal_act_all + CAL_PRIOR) / (e->cal_pred_all + CAL_PRIOR);
-    const double rk = r > CAL_CLAMP * est ? CAL_CLAMP * est : r < est / CAL_CLAMP ? est / CAL_CLAMP : r;
-    const double ra = r > CAL_CLAMP * all ? CAL_CLAMP * all : r < all / CAL_CLAMP ? all / CAL_CLAMP : r;
+    const double r = ms / p->one_row_ms / pred;
+    const double rk = cal_step(r, dsp_engine_cost_scale(e, k)), ra = cal_step(r, cost_scale_all(e));
     for (int j = 0; j < DSP_ROUND_KINDS; j++)
         if (j != (int)k) e->cal_act[j] *= CAL_FORGET, e->cal_pred[j] *= CAL_FORGET;
     e->cal_act[k] = CAL_KEEP * e->cal_act[k] + rk * pred;

@@ -446,6 +446,7 @@ void dsp_engine_get_stats(const dsp_engine *e, dsp_engine_stats *st) {
     st->kv_blocks_used = dsp_kv_pool_used(e->kv);
     st->kv_blocks_cached = e->kv->n_cached;
     st->evicted_blocks = e->kv->n_evicted;
+    _Static_assert(sizeof st->cost_scale / sizeof st->cost_scale[0] == DSP_ROUND_KINDS, "one cost_scale per dsp_round_kind");
     for (int k = 0; k < DSP_ROUND_KINDS; k++) st->cost_scale[k] = dsp_engine_cost_scale(e, (dsp_round_kind)k);
 }
 
