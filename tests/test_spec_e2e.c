@@ -117,15 +117,15 @@ static int tokenize(const char *s, int32_t *ids, size_t cap) {
 static void run(const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) { run_on(g_e, p, n, gp, o); }
 
 /* With an explicit drafter (the test-only submit). */
-static void run_drafter(dsp_drafter *d, const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) {
+static void run_drafter_on(dsp_engine *e, dsp_drafter *d, const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) {
     memset(&o->ev, 0, sizeof o->ev);
     dsp_req_id id;
-    dsp_status st = dsp_engine_submit_drafter(g_e, p, (size_t)n, gp, d, NULL, &id);
+    dsp_status st = dsp_engine_submit_drafter(e, p, (size_t)n, gp, d, NULL, &id);
     CHECK_MSG(st == DSP_OK, "%s", dsp_last_error());
     for (bool done = st != DSP_OK; !done;) {
         const dsp_event *ev;
         size_t n_ev;
-        CHECK(dsp_engine_step(g_e, &ev, &n_ev) == DSP_OK);
+        CHECK(dsp_engine_step(e, &ev, &n_ev) == DSP_OK);
         for (size_t i = 0; i < n_ev; i++) {
             if (ev[i].id != id) continue;
             if (ev[i].type == DSP_EVENT_TOKEN) collect(&ev[i].tok, &o->ev);
@@ -136,6 +136,7 @@ static void run_drafter(dsp_drafter *d, const int32_t *p, int n, const dsp_gen_p
         }
     }
 }
+static void run_drafter(dsp_drafter *d, const int32_t *p, int n, const dsp_gen_params *gp, run_out *o) { run_drafter_on(g_e, d, p, n, gp, o); }
 
 /* Tokens a follow-up request reuses after `gp` ran on p (a fresh cache each time). */
 static size_t cached_after(const int32_t *p, int n, const dsp_gen_params *gp) {
@@ -535,6 +536,56 @@ static void test_calibration(void) {
     dsp_engine_destroy(e);
 }
 
+/* A round in which the backend did one-time work (CUDA: a graph captured for a new shape; backend.h
+ * dsp_backend.n_setup) is not calibrated. A lookup drafter that bumps the counter in every round
+ * (its propose runs inside the round) leaves every kind's ratio at exactly its prior, where the same
+ * generation without the bump moves them: the synthetic profile's 1-row forward is 1,000 ms, the
+ * measured rounds a few. */
+typedef struct setupdrafter {
+    dsp_drafter base;
+    dsp_drafter *lk;
+    dsp_backend *be; /* bumped in every propose, if set */
+} setupdrafter;
+static int32_t sd_propose(dsp_drafter *d, const int32_t *t, uint32_t n, int32_t k_max, int32_t *draft, float *q) {
+    setupdrafter *x = (setupdrafter *)d;
+    if (x->be) x->be->n_setup++;
+    return dsp_drafter_propose(x->lk, t, n, k_max, draft, q);
+}
+static void sd_observe(dsp_drafter *d, const dsp_spec_commit *c) { dsp_drafter_observe(((setupdrafter *)d)->lk, c); }
+static void sd_reset(dsp_drafter *d) { dsp_drafter_reset(((setupdrafter *)d)->lk); }
+static const dsp_drafter_ops sd_ops = {"test-setup", sd_propose, sd_observe, sd_reset, qd_destroy};
+
+static void test_calibration_skips_setup(void) {
+    int32_t ids[512];
+    const int n = tokenize(g_prompts[10], ids, 512);
+    dsp_gen_params gp = dsp_gen_default_params();
+    gp.max_tokens = 24;
+    gp.max_draft = 4;
+    for (int bump = 0; bump < 2; bump++) {
+        dsp_engine_params ep = test_params(2);
+        dsp_engine *e = NULL;
+        CHECK(dsp_engine_create(g_m, &ep, &e) == DSP_OK);
+        if (!e) return;
+        dsp_test_linear_profile(e, 0.1f, 1000.0, 0.5f);
+        setupdrafter x;
+        memset(&x, 0, sizeof x);
+        x.base.ops = &sd_ops;
+        x.be = bump ? e->be : NULL;
+        dsp_lookup_params lp = {2, 4, 8, dsp_engine_n_ctx(e), false};
+        CHECK(dsp_lookup_create(&lp, &x.lk) == DSP_OK);
+        static run_out o;
+        run_drafter_on(e, &x.base, ids, n, &gp, &o);
+        CHECK(o.ev.n > 4);
+        const double plain = dsp_engine_cost_scale(e, DSP_ROUND_PLAIN), look = dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
+        if (bump)
+            CHECK_MSG(plain == 1.0 && look == 1.0, "every round did one-time work: scales %.4f %.4f, expected 1 (not calibrated)", plain, look);
+        else
+            CHECK_MSG(plain < 0.9 || look < 0.9, "rounds of a few ms against a 1,000 ms profile: scales %.4f %.4f", plain, look);
+        dsp_drafter_destroy(x.lk);
+        dsp_engine_destroy(e);
+    }
+}
+
 /* --max-draft auto next to a prefill: with a synthetic cost profile (a forward of n rows costs
  * 1 + 0.1 (n - 1) one-row forwards, no context or host term) two decoding requests whose drafts
  * are always right draft as much as the budget allows; while a prompt is prefilled next to them,
@@ -656,6 +707,7 @@ int main(void) {
     DSP_RUN(test_taps_drafter);
     DSP_RUN(test_prefill_draft_cap);
     DSP_RUN(test_calibration);
+    DSP_RUN(test_calibration_skips_setup);
     DSP_RUN(test_sampling_equals_baseline);
     DSP_RUN(test_greedy_lossless);
     dsp_engine_destroy(g_e);

@@ -179,6 +179,10 @@ struct dsp_backend {
     const dsp_backend_ops *ops;
     dsp_backend_kind kind;
     char desc[128];          /* "cpu avx512, 2 threads", "cuda NVIDIA H200 (sm_90)" */
+    /* forwards whose run included one-time work for their shape (CUDA: a graph captured and
+     * instantiated), counted by the backend: their time is not what the shape costs, so the
+     * engine's cost calibration leaves such rounds out */
+    unsigned long n_setup;
 };
 
 /* What AUTO means here: $DSPARK_DEVICE (cpu or cuda) when set, else CUDA when the build has it and a

@@ -411,11 +411,12 @@ void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool draft
     const dsp_round_kind k = e->round_nb > 0 ? DSP_ROUND_BLOCK : drafted ? DSP_ROUND_LOOKUP : DSP_ROUND_PLAIN;
     const double pred = (double)host_cost(e) + (double)block_cost(e, e->round_nb) + (double)dsp_cost_time(p, rows, extra_keys);
     if (!(pred > 0) || !(ms >= 0)) return;
-    /* One round moves a ratio by a bounded step: a stall (a CUDA graph captured for a new shape, the
-     * process descheduled) is one round, not the kind's cost. Unbounded, on an H100 the first lookup
-     * rounds put lookup's ratio at 2.0 (likely graph captures: each new row count is one), lookup then
-     * never drafted again, and its ratio never came back: `--mode lookup` ran at 1.00x where it had
-     * given 1.09-2.89x. */
+    /* One round moves a ratio by a bounded step: a stall (the process descheduled, a page fault
+     * storm) is one round, not the kind's cost. Unbounded, on an H100 the first lookup rounds put
+     * lookup's ratio at 2.0 (likely graph captures: each new row count is one), lookup then never
+     * drafted again, and its ratio never came back: `--mode lookup` ran at 1.00x where it had given
+     * 1.09-2.89x. Rounds in which the backend captured a CUDA graph are not calibrated at all
+     * (engine.c, dsp_backend.n_setup); the bound covers the stalls nobody counts. */
     const double r = ms / p->one_row_ms / pred;
     const double rk = cal_step(r, dsp_engine_cost_scale(e, k)), ra = cal_step(r, cost_scale_all(e));
     for (int j = 0; j < DSP_ROUND_KINDS; j++)

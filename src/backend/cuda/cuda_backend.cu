@@ -431,6 +431,7 @@ void flush(cu_backend *b) {
                 free(victim->recs);
                 *victim = gentry{};
                 cudaGraph_t graph = nullptr;
+                b->base.n_setup++; /* this forward's time includes the capture (backend.h) */
                 e = cudaStreamBeginCapture(b->st, cudaStreamCaptureModeThreadLocal);
                 for (int i = 0; i < b->n_recs && e == cudaSuccess; i++) e = run_op(b, b->recs[i]);
                 cudaError_t e2 = cudaStreamEndCapture(b->st, &graph);
