@@ -220,9 +220,9 @@ static void test_matmul_fused(void) {
 /* add -> rmsnorm -> matmul and swiglu -> matmul in one forward are fused into the matmul's input
  * preparation; every output (x after the add, h after the norm, g after swiglu, y) must be
  * bit-identical to the ops run one per forward (no fusion then) */
-static void test_fusion(void) {
+static void test_fusion_one(int64_t E) {
     const int n = 19;
-    const int64_t E = 512, M = 96;
+    const int64_t M = 96;
     tbuf tw, tn;
     tensor_init(&tw, "blk.0.fuse.weight", DSP_Q4_K, E, M);
     tensor_init(&tn, "blk.0.ffn_norm.weight", DSP_F32, E, 1);
@@ -254,13 +254,19 @@ static void test_fusion(void) {
         }
         CHECK_MSG(!memcmp(out[0][0], out[1][0], nE * 4) && !memcmp(out[0][1], out[1][1], nE * 4) &&
                       !memcmp(out[0][2], out[1][2], (size_t)n * M * 4),
-                  "fused %s -> matmul differs from the ops run apart", pat ? "swiglu" : "add -> rmsnorm");
+                  "fused %s -> matmul differs from the ops run apart (%lld columns)", pat ? "swiglu" : "add -> rmsnorm", (long long)E);
         for (int k = 0; k < 2; k++)
             for (int j = 0; j < 3; j++) free(out[k][j]);
     }
     free(x0), free(h0), free(u0), free(tw.data), free(tn.data);
     g_gpu->ops->weight_destroy(g_gpu, w), g_gpu->ops->weight_destroy(g_gpu, nw);
     g_gpu->ops->buf_destroy(g_gpu, x), g_gpu->ops->buf_destroy(g_gpu, h), g_gpu->ops->buf_destroy(g_gpu, y), g_gpu->ops->buf_destroy(g_gpu, u);
+}
+
+/* 512 columns: one CTA of the norm-free preparation; 2,816: three, the last one partly past K (Q4_K: K a multiple of 256) */
+static void test_fusion(void) {
+    test_fusion_one(512);
+    test_fusion_one(2816);
 }
 
 /* ---- row ops ------------------------------------------------------------------------------- */

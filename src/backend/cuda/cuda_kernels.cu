@@ -168,6 +168,54 @@ __global__ void __launch_bounds__(ROW_THREADS) prep_kernel(dsp_cu_prep a) {
     }
 }
 
+/* The preparation without a norm (SwiGLU before the down projection, the pack before o) needs no
+ * row-wide reduction, so a row is spread over CTAs of COL_ELEMS elements each (whole 32-blocks):
+ * at one decode row a single CTA spent ~8-24 us on an H100 walking 4,096-9,728 columns, and that
+ * time sits between two matmuls. Each element gets the same float operations as in prep_kernel,
+ * each unit the same packing and each 32-block the same warp_sum: bit-identical to it
+ * (DSP_CUDA_PREP_COLS=0 gives prep_kernel for every preparation, to compare). */
+constexpr int COL_THREADS = 256, COL_PER = 4, COL_ELEMS = COL_THREADS * COL_PER;
+static_assert(COL_ELEMS % 256 == 0, "a column CTA covers whole 32-blocks and whole 4-element units");
+
+__global__ void __launch_bounds__(COL_THREADS) prep_cols_kernel(dsp_cu_prep a) {
+    __shared__ float S[COL_ELEMS];
+    dsp_cu_pdl_launch_dependents();
+    dsp_cu_pdl_wait();
+    const int64_t r = blockIdx.x, K = a.K, c0 = (int64_t)blockIdx.y * COL_ELEMS;
+    float *X = a.X + r * K;
+    const float *u = a.u + r * K;
+    const bool swiglu = a.flags & DSP_CU_PREP_SWIGLU;
+    float v[COL_PER], g[COL_PER];
+#pragma unroll
+    for (int j = 0; j < COL_PER; j++) { /* loads issued together (prep_kernel's PB) */
+        const int64_t i = c0 + threadIdx.x + j * COL_THREADS;
+        v[j] = i < K ? X[i] : 0.0f;
+        g[j] = swiglu && i < K ? u[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < COL_PER; j++) {
+        const int64_t l = threadIdx.x + j * COL_THREADS, i = c0 + l;
+        float x = v[j];
+        if (swiglu && i < K) {
+            x = x / (1.0f + expf(-x)) * g[j];
+            X[i] = x;
+        }
+        S[l] = i < K ? x : 0.0f; /* zeros past K, as the units and block sums of prep_kernel read them */
+    }
+    __syncthreads();
+    const int64_t u0 = c0 / 4, nu = a.units - u0 < COL_ELEMS / 4 ? a.units - u0 : COL_ELEMS / 4;
+    for (int64_t t = threadIdx.x; t < nu; t += blockDim.x) {
+        uint32_t o[4];
+        dsp_cu_x_unit(S, COL_ELEMS, t, o);
+        a.xp[r * a.units + u0 + t] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    const int lane = threadIdx.x & 31;
+    for (int64_t b = threadIdx.x >> 5; b < nu / 8; b += blockDim.x >> 5) {
+        const float s = warp_sum(S[32 * b + lane]);
+        if (lane == 0) a.xsum[(u0 / 8 + b) * a.xs_stride + r] = s;
+    }
+}
+
 __global__ void add_bias_kernel(float *y, const float *b, int n_rows, int dim) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (int64_t)n_rows * dim) y[i] += b[i % dim];
@@ -649,6 +697,12 @@ cudaError_t dsp_cu_embed(float *x, const dsp_cu_mat *t, int dim, int n, const ds
 
 cudaError_t dsp_cu_prep_launch(const dsp_cu_prep *a, int n_rows, cudaStream_t st) {
     dsp_cu_prep p = *a;
+    static const bool cols = [] {
+        const char *e = getenv("DSP_CUDA_PREP_COLS");
+        return !(e && !strcmp(e, "0"));
+    }();
+    if (cols && !(p.flags & DSP_CU_PREP_NORM))
+        return dsp_cu_launch_dep(prep_cols_kernel, dim3((unsigned)n_rows, blocks(p.units * 4, COL_ELEMS)), dim3(COL_THREADS), 0, st, p);
     const size_t sm = (size_t)p.K * sizeof(float);
     p.smem = sm <= PREP_SMEM_MAX;
     return dsp_cu_launch_dep(prep_kernel, dim3((unsigned)n_rows), dim3(ROW_THREADS), p.smem ? sm : 0, st, p);
