@@ -87,6 +87,26 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(float *out, const 
     for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? w[i] * (xr[i] * rs) : xr[i] * rs;
 }
 
+/* SwiGLU's element: every kernel that applies it (swiglu_kernel and both preparations) calls this,
+ * so fusing it cannot change a bit */
+__device__ __forceinline__ float silu_mul(float x, float u) { return x / (1.0f + expf(-x)) * u; }
+
+/* The packing of a staged row slice S (zeros at and past `valid`) into the matmul's B operand: nu
+ * units from unit u0 of row r, and their 32-blocks' sums (dsp_cu_xpack), a unit per thread and a
+ * block per warp */
+__device__ __forceinline__ void pack_units(const float *S, int64_t valid, int64_t nu, const dsp_cu_prep &a, int64_t r, int64_t u0) {
+    for (int64_t t = threadIdx.x; t < nu; t += blockDim.x) {
+        uint32_t v[4];
+        dsp_cu_x_unit(S, valid, t, v);
+        a.xp[r * a.units + u0 + t] = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+    const int lane = threadIdx.x & 31;
+    for (int64_t b = threadIdx.x >> 5; b < nu / 8; b += blockDim.x >> 5) {
+        const float s = warp_sum(32 * b + lane < valid ? S[32 * b + lane] : 0.0f);
+        if (lane == 0) a.xsum[(u0 / 8 + b) * a.xs_stride + r] = s;
+    }
+}
+
 /* A thread takes its elements of the row PB at a time: their loads are issued together (a loop of
  * one load per iteration waits a whole L2 round trip per element: ncu put this kernel at 8-24 us
  * for a 2,560 to 9,728-wide decode row on an H100). The order of the sum of squares is unchanged:
@@ -149,23 +169,14 @@ __global__ void __launch_bounds__(ROW_THREADS) prep_kernel(dsp_cu_prep a) {
                 if (i >= K) break;
                 float x = v[j];
                 if (norm) x = a.w ? w[j] * (x * rs) : x * rs;
-                if (swiglu) x = x / (1.0f + expf(-x)) * g[j];
+                if (swiglu) x = silu_mul(x, g[j]);
                 X[i] = x;
                 if (S != X) S[i] = x;
             }
         }
     }
     __syncthreads(); /* the row is final (and visible to the whole CTA) */
-    for (int64_t u = threadIdx.x; u < a.units; u += blockDim.x) {
-        uint32_t v[4];
-        dsp_cu_x_unit(S, K, u, v);
-        a.xp[r * a.units + u] = make_uint4(v[0], v[1], v[2], v[3]);
-    }
-    const int lane = threadIdx.x & 31;
-    for (int64_t b = threadIdx.x >> 5; b < a.units / 8; b += blockDim.x >> 5) {
-        const float s = warp_sum(32 * b + lane < K ? S[32 * b + lane] : 0.0f);
-        if (lane == 0) a.xsum[b * a.xs_stride + r] = s;
-    }
+    pack_units(S, K, a.units, a, r, 0);
 }
 
 /* The preparation without a norm (SwiGLU before the down projection, the pack before o) needs no
@@ -173,7 +184,7 @@ __global__ void __launch_bounds__(ROW_THREADS) prep_kernel(dsp_cu_prep a) {
  * at one decode row a single CTA spent ~8-24 us on an H100 walking 4,096-9,728 columns, and that
  * time sits between two matmuls. Each element gets the same float operations as in prep_kernel,
  * each unit the same packing and each 32-block the same warp_sum: bit-identical to it
- * (DSP_CUDA_PREP_COLS=0 gives prep_kernel for every preparation, to compare). */
+ * (pack_units, silu_mul; DSP_CUDA_PREP_COLS=0 gives prep_kernel for every preparation). */
 constexpr int COL_THREADS = 256, COL_PER = 4, COL_ELEMS = COL_THREADS * COL_PER;
 static_assert(COL_ELEMS % 256 == 0, "a column CTA covers whole 32-blocks and whole 4-element units");
 
@@ -197,23 +208,14 @@ __global__ void __launch_bounds__(COL_THREADS) prep_cols_kernel(dsp_cu_prep a) {
         const int64_t l = threadIdx.x + j * COL_THREADS, i = c0 + l;
         float x = v[j];
         if (swiglu && i < K) {
-            x = x / (1.0f + expf(-x)) * g[j];
+            x = silu_mul(x, g[j]);
             X[i] = x;
         }
         S[l] = i < K ? x : 0.0f; /* zeros past K, as the units and block sums of prep_kernel read them */
     }
     __syncthreads();
-    const int64_t u0 = c0 / 4, nu = a.units - u0 < COL_ELEMS / 4 ? a.units - u0 : COL_ELEMS / 4;
-    for (int64_t t = threadIdx.x; t < nu; t += blockDim.x) {
-        uint32_t o[4];
-        dsp_cu_x_unit(S, COL_ELEMS, t, o);
-        a.xp[r * a.units + u0 + t] = make_uint4(o[0], o[1], o[2], o[3]);
-    }
-    const int lane = threadIdx.x & 31;
-    for (int64_t b = threadIdx.x >> 5; b < nu / 8; b += blockDim.x >> 5) {
-        const float s = warp_sum(S[32 * b + lane]);
-        if (lane == 0) a.xsum[(u0 / 8 + b) * a.xs_stride + r] = s;
-    }
+    const int64_t u0 = c0 / 4;
+    pack_units(S, COL_ELEMS, a.units - u0 < COL_ELEMS / 4 ? a.units - u0 : COL_ELEMS / 4, a, r, u0);
 }
 
 __global__ void add_bias_kernel(float *y, const float *b, int n_rows, int dim) {
@@ -516,7 +518,7 @@ __global__ void add_kernel(float *x, const float *y, size_t n) {
 
 __global__ void swiglu_kernel(float *g, const float *u, size_t n) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    if (i < n) g[i] = silu_mul(g[i], u[i]);
 }
 
 __global__ void copy_rows_kernel(float *dst, size_t dst_ld, size_t dst_col, const float *src, size_t src_ld, size_t src_col,
