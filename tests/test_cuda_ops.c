@@ -263,10 +263,13 @@ static void test_fusion_one(int64_t E) {
     g_gpu->ops->buf_destroy(g_gpu, x), g_gpu->ops->buf_destroy(g_gpu, h), g_gpu->ops->buf_destroy(g_gpu, y), g_gpu->ops->buf_destroy(g_gpu, u);
 }
 
-/* 512 columns: one CTA of the norm-free preparation; 2,816: three, the last one partly past K (Q4_K: K a multiple of 256) */
+/* 512 columns: one chunk (one CTA); 2,816: three, the last one partly past K (Q4_K: K a multiple
+ * of 256), the norm's sums of squares crossing a cluster of three; 9,216: nine chunks over a
+ * cluster of eight, one CTA taking two */
 static void test_fusion(void) {
     test_fusion_one(512);
     test_fusion_one(2816);
+    test_fusion_one(9216);
 }
 
 /* ---- row ops ------------------------------------------------------------------------------- */

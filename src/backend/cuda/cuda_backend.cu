@@ -928,6 +928,10 @@ void cu_norm_rope(dsp_backend *be, dsp_buf *x, const dsp_bweight *norm, float ep
     cu_backend *b = B(be);
     DSP_ASSERT((size_t)b->n_tokens * n_heads * head_dim <= x->n && (!norm || (!norm->matrix && norm->n == head_dim)));
     DSP_ASSERT(rope->rot_dim <= head_dim && rope->rot_dim % 2 == 0 && (size_t)rope->rot_dim / 2 <= rope->inv_freq->n);
+    if (head_dim > DSP_CU_ROPE_MAX_HD) {
+        set_err(b, DSP_ERR_UNSUPPORTED, "cuda: head size %d (RoPE up to %d)", head_dim, DSP_CU_ROPE_MAX_HD);
+        return;
+    }
     op_rec *r = rec(b, OP_NORM_ROPE);
     if (!r) return;
     r->p[0] = x->d, r->p[1] = norm, r->f[0] = eps, r->i[0] = b->n_tokens, r->i[1] = n_heads, r->i[2] = head_dim;

@@ -83,7 +83,8 @@ typedef struct dsp_cu_xpack {
  *   PREP_ADD     src += y                      (a residual add before the norm; only with PREP_NORM)
  *   PREP_NORM    X = w * (src * rsqrt(mean(src^2) + eps))   (w may be NULL)
  *   PREP_SWIGLU  X = silu(X) * u
- * then X -> xp / xsum (dsp_cu_xpack). Bit-identical to the separate kernels. */
+ * then X -> xp / xsum (dsp_cu_xpack). Bit-identical to the separate kernels. PREP_NORM and
+ * PREP_SWIGLU do not combine; with PREP_NORM, K <= 40,960 (cudaErrorInvalidValue past it). */
 enum { DSP_CU_PREP_ADD = 1, DSP_CU_PREP_NORM = 2, DSP_CU_PREP_SWIGLU = 4 };
 typedef struct dsp_cu_prep {
     int flags;
@@ -93,9 +94,7 @@ typedef struct dsp_cu_prep {
     float eps;
     uint4 *xp;
     float *xsum;
-    bool smem;          /* set by dsp_cu_prep_launch: the row is staged in shared memory */
 } dsp_cu_prep;
-#define PREP_SMEM_MAX (160u << 10) /* rows up to 40960 floats are staged in shared memory */
 cudaError_t dsp_cu_prep_launch(const dsp_cu_prep *a, int n_rows, cudaStream_t st);
 /* y_i = x W_i^T for n (<= 3) matrices of the same K (any types) */
 cudaError_t dsp_cu_matmul(int n, const dsp_cu_mat *const *w, float *const *y, int n_rows, const dsp_cu_xpack *xb,
@@ -151,6 +150,7 @@ typedef struct dsp_cu_rope_args {
     float eps, pos_scale, attn_factor;
     dsp_cu_kv kv;
 } dsp_cu_rope_args;
+#define DSP_CU_ROPE_MAX_HD 256 /* head size rope_kernel takes (cudaErrorInvalidValue past it) */
 cudaError_t dsp_cu_rope(const dsp_cu_rope_args *a, const dsp_cu_meta *m, cudaStream_t st);
 cudaError_t dsp_cu_kv_write(const dsp_cu_kv *kv, int layer, const float *k, const float *v, int n, const dsp_cu_meta *m,
                             cudaStream_t st);

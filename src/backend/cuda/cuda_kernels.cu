@@ -10,10 +10,13 @@
  * for the query heads sharing that KV head (GQA), and a second kernel merges the chunks in order. */
 #include "backend/cuda/cuda_internal.h"
 
+#include <cooperative_groups.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+namespace cg = cooperative_groups;
 
 namespace {
 
@@ -63,146 +66,93 @@ __global__ void embed_kernel(float *x, dsp_cu_layout L, const uint8_t *w, int64_
     x[i] = dsp_cu_packed_elem(&L, w, n_groups, m.tokens[r], k);
 }
 
-/* ---- RMSNorm and the matmul's input preparation: one CTA of ROW_THREADS per row ------------- */
+/* A thread takes PB of its elements at a time: their loads are issued together (a loop of one load
+ * per iteration waits a whole L2 round trip per element: ncu put a 2,560 to 9,728-wide decode row's
+ * preparation at 8-24 us on an H100 so). Sums keep their element order. */
+constexpr int PB = 8;
 
-/* Both kernels reduce a row's squares with this one shape (a strided sum per thread, then
- * block_sum), so the fused preparation equals rmsnorm_kernel bit for bit. 512 threads: a decode
- * row is one CTA, and its latency, not the bandwidth, is what that CTA costs. */
-constexpr int ROW_THREADS = 512;
+/* ---- RMSNorm and the matmul's input preparation ---------------------------------------------- */
 
-__device__ __forceinline__ float rms_scale(float ss, int64_t dim, float eps) { return 1.0f / sqrtf(ss / (float)dim + eps); }
-__device__ __forceinline__ float row_rsqrt(const float *x, int64_t dim, float eps, float *sh) {
+/* A row is taken in chunks of COL_ELEMS columns (whole 32-blocks and 4-element units), a CTA of
+ * COL_THREADS threads per chunk, each thread on COL_PER columns (loads issued together, as PB). */
+constexpr int COL_THREADS = 256, COL_PER = 4, COL_ELEMS = COL_THREADS * COL_PER;
+static_assert(COL_ELEMS % 256 == 0, "a chunk covers whole 32-blocks and whole 4-element units");
+
+/* The one order of a row's sum of squares, in every kernel that normalises a row (rmsnorm_kernel,
+ * prep_norm_kernel): in chunk c, thread t sums its columns c * COL_ELEMS + t + j * COL_THREADS
+ * (j = 0, 1, ...) with fmaf, block_sum gives the chunk's sum, and the chunks' sums are added in
+ * chunk order from 0.0f. So the fused preparation equals rmsnorm_kernel bit for bit, and the order
+ * depends on the row's length alone. */
+__device__ __forceinline__ float chunk_ss(const float (&v)[COL_PER], float *sh) {
     float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
-    return rms_scale(block_sum(ss, sh), dim, eps);
+#pragma unroll
+    for (int j = 0; j < COL_PER; j++) ss = fmaf(v[j], v[j], ss); /* zeros past the row add nothing */
+    return block_sum(ss, sh);
+}
+__device__ __forceinline__ float rms_scale(float ss, int64_t dim, float eps) { return 1.0f / sqrtf(ss / (float)dim + eps); }
+__device__ __forceinline__ void load_chunk(const float *x, int64_t c0, int64_t dim, float (&v)[COL_PER]) {
+#pragma unroll
+    for (int j = 0; j < COL_PER; j++) {
+        const int64_t i = c0 + threadIdx.x + j * COL_THREADS;
+        v[j] = i < dim ? x[i] : 0.0f;
+    }
 }
 
-__global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps,
+__global__ void __launch_bounds__(COL_THREADS) rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps,
                                                               const int32_t *rows) {
     __shared__ float sh[32];
     const int r = blockIdx.x;
     const float *xr = x + (int64_t)(rows ? rows[r] : r) * dim;
-    const float rs = row_rsqrt(xr, dim, eps, sh);
+    float tot = 0.0f;
+    for (int64_t c0 = 0; c0 < dim; c0 += COL_ELEMS) {
+        float v[COL_PER];
+        load_chunk(xr, c0, dim, v);
+        tot += chunk_ss(v, sh);
+    }
+    const float rs = rms_scale(tot, dim, eps);
     float *o = out + (int64_t)r * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? w[i] * (xr[i] * rs) : xr[i] * rs;
 }
 
-/* SwiGLU's element: every kernel that applies it (swiglu_kernel and both preparations) calls this,
+/* SwiGLU's element: every kernel that applies it (swiglu_kernel and the preparation) calls this,
  * so fusing it cannot change a bit */
 __device__ __forceinline__ float silu_mul(float x, float u) { return x / (1.0f + expf(-x)) * u; }
 
-/* The packing of a staged row slice S (zeros at and past `valid`) into the matmul's B operand: nu
- * units from unit u0 of row r, and their 32-blocks' sums (dsp_cu_xpack), a unit per thread and a
- * block per warp */
-__device__ __forceinline__ void pack_units(const float *S, int64_t valid, int64_t nu, const dsp_cu_prep &a, int64_t r, int64_t u0) {
+/* The packing of a staged chunk S (COL_ELEMS floats, zeros past the row) into the matmul's B
+ * operand: the chunk's units from unit u0 of row r (at most COL_ELEMS / 4, fewer at the row's end),
+ * and their 32-blocks' sums (dsp_cu_xpack), a unit per thread and a block per warp */
+__device__ __forceinline__ void pack_chunk(const float *S, const dsp_cu_prep &a, int64_t r, int64_t u0) {
+    const int64_t nu = a.units - u0 < COL_ELEMS / 4 ? a.units - u0 : COL_ELEMS / 4;
     for (int64_t t = threadIdx.x; t < nu; t += blockDim.x) {
         uint32_t v[4];
-        dsp_cu_x_unit(S, valid, t, v);
+        dsp_cu_x_unit(S, COL_ELEMS, t, v);
         a.xp[r * a.units + u0 + t] = make_uint4(v[0], v[1], v[2], v[3]);
     }
     const int lane = threadIdx.x & 31;
     for (int64_t b = threadIdx.x >> 5; b < nu / 8; b += blockDim.x >> 5) {
-        const float s = warp_sum(32 * b + lane < valid ? S[32 * b + lane] : 0.0f);
+        const float s = warp_sum(S[32 * b + lane]);
         if (lane == 0) a.xsum[(u0 / 8 + b) * a.xs_stride + r] = s;
     }
 }
 
-/* A thread takes its elements of the row PB at a time: their loads are issued together (a loop of
- * one load per iteration waits a whole L2 round trip per element: ncu put this kernel at 8-24 us
- * for a 2,560 to 9,728-wide decode row on an H100). The order of the sum of squares is unchanged:
- * i = tid, tid + ROW_THREADS, ... */
-constexpr int PB = 8;
+/* The matmul's input preparation (dsp_cu_prep), fused with the ops that produce its input
+ * (DSP_CU_PREP_*): src += y; X = RMSNorm(src) * w; or X = silu(X) * u; then X packed. Each step
+ * uses the same float operations in the same order as its own kernel (add_kernel, rmsnorm_kernel,
+ * swiglu_kernel): bit-identical to running them apart. A decode row is latency, not bandwidth:
+ * one CTA walking a 2,560 to 9,728-wide row spent 5-24 us on an H100 between two matmuls, so a
+ * row is spread over CTAs of one chunk each. */
 
-/* The matmul's input preparation, one CTA per row, optionally fused with the ops that produce the
- * input (DSP_CU_PREP_*): src += y; X = RMSNorm(src) * w; X = silu(X) * u. Each step uses the same
- * float operations in the same order as its own kernel (add_kernel, rmsnorm_kernel,
- * swiglu_kernel), so fusing changes no bit. Then X's row becomes the B operand units (pack.h) and
- * the sums of its 32-blocks (a warp's butterfly per block). The row is staged in shared memory
- * when it fits (a.smem), so the packing reads it from there and not back from global memory. */
-__global__ void __launch_bounds__(ROW_THREADS) prep_kernel(dsp_cu_prep a) {
-    extern __shared__ float stage[];
-    __shared__ float sh[32];
-    dsp_cu_pdl_launch_dependents(); /* the matmul's CTAs may start loading weights (they wait for us) */
-    dsp_cu_pdl_wait();
-    const int64_t r = blockIdx.x, K = a.K, T = blockDim.x;
-    float *X = a.X + r * K, *S = a.smem ? stage : X;
-    const bool norm = a.flags & DSP_CU_PREP_NORM, add = a.flags & DSP_CU_PREP_ADD, swiglu = a.flags & DSP_CU_PREP_SWIGLU;
-    /* 1: the input (src + y, or X) into S, and the sum of squares (as row_rsqrt sums them) */
-    float ss = 0.0f;
-    if (norm || S != X) {
-        const float *in = norm ? a.src + r * K : X, *y = a.y + r * K;
-        for (int64_t i0 = threadIdx.x; i0 < K; i0 += PB * T) {
-            float v[PB], d[PB];
-#pragma unroll
-            for (int j = 0; j < PB; j++) {
-                const int64_t i = i0 + j * T;
-                v[j] = i < K ? in[i] : 0.0f;
-                d[j] = norm && add && i < K ? y[i] : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < PB; j++) {
-                const int64_t i = i0 + j * T;
-                if (i >= K) break;
-                if (norm && add) a.src[r * K + i] = v[j] = v[j] + d[j];
-                S[i] = v[j];
-                if (norm) ss = fmaf(v[j], v[j], ss);
-            }
-        }
-        if (norm) ss = block_sum(ss, sh);
-    }
-    /* 2: the element-wise ops, each thread on the elements it staged */
-    if (norm || swiglu) {
-        const float rs = norm ? rms_scale(ss, K, a.eps) : 0.0f;
-        const float *u = a.u + r * K;
-        for (int64_t i0 = threadIdx.x; i0 < K; i0 += PB * T) {
-            float v[PB], w[PB], g[PB];
-#pragma unroll
-            for (int j = 0; j < PB; j++) {
-                const int64_t i = i0 + j * T;
-                v[j] = i < K ? S[i] : 0.0f;
-                w[j] = norm && a.w && i < K ? a.w[i] : 0.0f;
-                g[j] = swiglu && i < K ? u[i] : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < PB; j++) {
-                const int64_t i = i0 + j * T;
-                if (i >= K) break;
-                float x = v[j];
-                if (norm) x = a.w ? w[j] * (x * rs) : x * rs;
-                if (swiglu) x = silu_mul(x, g[j]);
-                X[i] = x;
-                if (S != X) S[i] = x;
-            }
-        }
-    }
-    __syncthreads(); /* the row is final (and visible to the whole CTA) */
-    pack_units(S, K, a.units, a, r, 0);
-}
-
-/* The preparation without a norm (SwiGLU before the down projection, the pack before o) needs no
- * row-wide reduction, so a row is spread over CTAs of COL_ELEMS elements each (whole 32-blocks):
- * at one decode row a single CTA spent ~8-24 us on an H100 walking 4,096-9,728 columns, and that
- * time sits between two matmuls. Each element gets the same float operations as in prep_kernel,
- * each unit the same packing and each 32-block the same warp_sum: bit-identical to it
- * (pack_units, silu_mul; DSP_CUDA_PREP_COLS=0 gives prep_kernel for every preparation). */
-constexpr int COL_THREADS = 256, COL_PER = 4, COL_ELEMS = COL_THREADS * COL_PER;
-static_assert(COL_ELEMS % 256 == 0, "a column CTA covers whole 32-blocks and whole 4-element units");
-
+/* Without a norm nothing spans the row: a CTA per (row, chunk). */
 __global__ void __launch_bounds__(COL_THREADS) prep_cols_kernel(dsp_cu_prep a) {
     __shared__ float S[COL_ELEMS];
-    dsp_cu_pdl_launch_dependents();
+    dsp_cu_pdl_launch_dependents(); /* the matmul's CTAs may start loading weights (they wait for us) */
     dsp_cu_pdl_wait();
     const int64_t r = blockIdx.x, K = a.K, c0 = (int64_t)blockIdx.y * COL_ELEMS;
     float *X = a.X + r * K;
-    const float *u = a.u + r * K;
     const bool swiglu = a.flags & DSP_CU_PREP_SWIGLU;
     float v[COL_PER], g[COL_PER];
-#pragma unroll
-    for (int j = 0; j < COL_PER; j++) { /* loads issued together (prep_kernel's PB) */
-        const int64_t i = c0 + threadIdx.x + j * COL_THREADS;
-        v[j] = i < K ? X[i] : 0.0f;
-        g[j] = swiglu && i < K ? u[i] : 0.0f;
-    }
+    load_chunk(X, c0, K, v);
+    if (swiglu) load_chunk(a.u + r * K, c0, K, g);
 #pragma unroll
     for (int j = 0; j < COL_PER; j++) {
         const int64_t l = threadIdx.x + j * COL_THREADS, i = c0 + l;
@@ -211,11 +161,67 @@ __global__ void __launch_bounds__(COL_THREADS) prep_cols_kernel(dsp_cu_prep a) {
             x = silu_mul(x, g[j]);
             X[i] = x;
         }
-        S[l] = i < K ? x : 0.0f; /* zeros past K, as the units and block sums of prep_kernel read them */
+        S[l] = i < K ? x : 0.0f;
     }
     __syncthreads();
-    const int64_t u0 = c0 / 4;
-    pack_units(S, COL_ELEMS, a.units - u0 < COL_ELEMS / 4 ? a.units - u0 : COL_ELEMS / 4, a, r, u0);
+    pack_chunk(S, a, r, c0 / 4);
+}
+
+/* With a norm, the chunks' sums of squares cross CTAs: a thread-block cluster per row (up to
+ * NORM_CLUSTER CTAs; a CTA takes chunks q, q + nc, ...), each CTA's chunk sums read by all through
+ * distributed shared memory and added in chunk order (chunk_ss). Each CTA adds y into src only on
+ * its own chunks, so nothing reads a column another CTA writes. */
+constexpr int NORM_CLUSTER = 8, NORM_MAX_PER = 5, NORM_MAX_CHUNKS = NORM_CLUSTER * NORM_MAX_PER; /* K <= 40,960 */
+
+__device__ __forceinline__ void cluster_arrive(void) { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait(void) { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+__global__ void __launch_bounds__(COL_THREADS) prep_norm_kernel(dsp_cu_prep a) {
+    extern __shared__ float S[]; /* this CTA's chunks, COL_ELEMS each */
+    __shared__ float sh[32], part[NORM_MAX_PER], all[NORM_MAX_CHUNKS];
+    dsp_cu_pdl_launch_dependents();
+    cg::cluster_group cl = cg::this_cluster();
+    const unsigned q = cl.block_rank(), nc = cl.num_blocks();
+    const int64_t r = blockIdx.x / nc, K = a.K, nch = (K + COL_ELEMS - 1) / COL_ELEMS;
+    float w0[COL_PER]; /* the norm weight of the first chunk (q < nch), which no kernel writes: before the wait */
+    if (a.w) load_chunk(a.w, q * COL_ELEMS, K, w0);
+    dsp_cu_pdl_wait();
+    float *src = a.src + r * K, *X = a.X + r * K;
+    const bool add = a.flags & DSP_CU_PREP_ADD;
+    int n = 0;
+    for (int64_t c = q; c < nch; c += nc, n++) {
+        float v[COL_PER], d[COL_PER];
+        load_chunk(src, c * COL_ELEMS, K, v);
+        if (add) load_chunk(a.y + r * K, c * COL_ELEMS, K, d);
+#pragma unroll
+        for (int j = 0; j < COL_PER; j++) {
+            const int64_t l = threadIdx.x + j * COL_THREADS, i = c * COL_ELEMS + l;
+            if (add && i < K) src[i] = v[j] = v[j] + d[j];
+            S[n * COL_ELEMS + l] = v[j];
+        }
+        const float s = chunk_ss(v, sh);
+        if (threadIdx.x == 0) part[n] = s;
+    }
+    cl.sync(); /* every chunk's sum is written */
+    if (threadIdx.x < nch) all[threadIdx.x] = *cl.map_shared_rank(part + threadIdx.x / nc, threadIdx.x % nc);
+    cluster_arrive(); /* done with the other CTAs' shared memory (they wait for this before exiting) */
+    __syncthreads();
+    float tot = 0.0f;
+    for (int c = 0; c < nch; c++) tot += all[c];
+    const float rs = rms_scale(tot, K, a.eps);
+    n = 0;
+    for (int64_t c = q; c < nch; c += nc, n++)
+#pragma unroll
+        for (int j = 0; j < COL_PER; j++) {
+            const int64_t l = threadIdx.x + j * COL_THREADS, i = c * COL_ELEMS + l;
+            if (i >= K) break;
+            const float x = S[n * COL_ELEMS + l];
+            S[n * COL_ELEMS + l] = X[i] = a.w ? (n ? a.w[i] : w0[j]) * (x * rs) : x * rs;
+        }
+    __syncthreads();
+    n = 0;
+    for (int64_t c = q; c < nch; c += nc, n++) pack_chunk(S + n * COL_ELEMS, a, r, c * COL_ELEMS / 4);
+    cluster_wait();
 }
 
 __global__ void add_bias_kernel(float *y, const float *b, int n_rows, int dim) {
@@ -227,51 +233,58 @@ __global__ void add_bias_kernel(float *y, const float *b, int n_rows, int dim) {
 
 /* one warp per (row, head) of q (heads [0, hq)) and of k (heads [hq, hq + hk)): RMSNorm with the
  * tensor's norm weight (if any), then RoPE at the row's position; with v, k's heads also go to the
- * KV cache with the row's v heads (norm_rope q, norm_rope k and kv_write fused: the same values) */
+ * KV cache with the row's v heads (norm_rope q, norm_rope k and kv_write fused: the same values).
+ * A lane holds elements lane, lane + 32, ... (hd <= DSP_CU_ROPE_MAX_HD). Every load is issued before the
+ * first use (the norm weight and the frequencies, which no kernel writes, even before waiting for
+ * the previous kernel), so the warp waits about one memory round trip, not four. */
+static_assert(DSP_CU_ROPE_MAX_HD == 32 * PB, "a lane holds PB elements of a head");
+
 __global__ void rope_kernel(dsp_cu_rope_args a, dsp_cu_meta m) {
     extern __shared__ float hbuf[]; /* [warps][hd] */
     dsp_cu_pdl_launch_dependents();
-    dsp_cu_pdl_wait();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, H = a.hq + a.hk, hd = a.hd;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, H = a.hq + a.hk, hd = a.hd, half = a.rot / 2;
     const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
     if (item >= (int64_t)a.n * H) return;
     const int row = (int)(item / H), h = (int)(item % H);
-    const bool is_k = h >= a.hq;
+    const bool is_k = h >= a.hq, kv = is_k && a.v;
     const int hh = is_k ? h - a.hq : h;
     float *xh = is_k ? a.k + ((int64_t)row * a.hk + hh) * hd : a.q + ((int64_t)row * a.hq + hh) * hd, *b = hbuf + warp * hd;
-    const float *norm = is_k ? a.knorm : a.qnorm;
-    /* the head into b, PB loads of a lane at a time (prep_kernel says why); the squares summed in
-     * the order i = lane, lane + 32, ... */
+    const float *norm = is_k ? a.knorm : a.qnorm, *vh = kv ? a.v + (int64_t)row * a.kv.kv_dim + (int64_t)hh * hd : nullptr;
+    float w[PB], f[PB / 2], x[PB], v[PB];
+#pragma unroll
+    for (int j = 0; j < PB; j++) w[j] = norm && lane + 32 * j < hd ? norm[lane + 32 * j] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < PB / 2; j++) f[j] = lane + 32 * j < half ? a.inv_freq[lane + 32 * j] : 0.0f;
+    dsp_cu_pdl_wait();
+#pragma unroll
+    for (int j = 0; j < PB; j++) {
+        x[j] = lane + 32 * j < hd ? xh[lane + 32 * j] : 0.0f;
+        v[j] = kv && lane + 32 * j < hd ? vh[lane + 32 * j] : 0.0f;
+    }
+    const int pos = m.pos[row];
+    /* the squares summed in the order i = lane, lane + 32, ..., then the butterfly */
     float ss = 0.0f;
-    for (int i0 = lane; i0 < hd; i0 += 32 * PB) {
-        float v[PB];
 #pragma unroll
-        for (int j = 0; j < PB; j++) v[j] = i0 + 32 * j < hd ? xh[i0 + 32 * j] : 0.0f;
-#pragma unroll
-        for (int j = 0; j < PB; j++) {
-            if (i0 + 32 * j >= hd) break;
-            b[i0 + 32 * j] = v[j];
-            ss = fmaf(v[j], v[j], ss);
-        }
+    for (int j = 0; j < PB; j++) {
+        if (lane + 32 * j >= hd) break;
+        b[lane + 32 * j] = x[j];
+        ss = fmaf(x[j], x[j], ss);
     }
     if (norm) {
         const float rs = 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps);
-        for (int i0 = lane; i0 < hd; i0 += 32 * PB) {
-            float w[PB];
 #pragma unroll
-            for (int j = 0; j < PB; j++) w[j] = i0 + 32 * j < hd ? norm[i0 + 32 * j] : 0.0f;
-#pragma unroll
-            for (int j = 0; j < PB; j++)
-                if (i0 + 32 * j < hd) b[i0 + 32 * j] = w[j] * (b[i0 + 32 * j] * rs);
-        }
+        for (int j = 0; j < PB; j++)
+            if (lane + 32 * j < hd) b[lane + 32 * j] = w[j] * (b[lane + 32 * j] * rs);
     }
     __syncwarp();
-    const float p = (float)m.pos[row] / a.pos_scale;
-    const int half = a.rot / 2;
-    for (int i = lane; i < half; i += 32) {
+    const float p = (float)pos / a.pos_scale;
+#pragma unroll
+    for (int j = 0; j < PB / 2; j++) {
+        const int i = lane + 32 * j;
+        if (i >= half) break;
         const int i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
         float s, c;
-        sincosf(p * a.inv_freq[i], &s, &c);
+        sincosf(p * f[j], &s, &c);
         c *= a.attn_factor, s *= a.attn_factor;
         const float x0 = b[i0], x1 = b[i1];
         b[i0] = x0 * c - x1 * s;
@@ -279,22 +292,16 @@ __global__ void rope_kernel(dsp_cu_rope_args a, dsp_cu_meta m) {
     }
     __syncwarp();
     for (int i = lane; i < hd; i += 32) xh[i] = b[i];
-    if (is_k && a.v) {
-        const dsp_cu_kv &kv = a.kv;
-        const int64_t at = ((int64_t)a.layer * kv.n_blocks * kv.block_tokens + kv_slot(m, kv.block_tokens, row, m.pos[row])) * kv.kv_dim +
+    if (kv) {
+        const dsp_cu_kv &c = a.kv;
+        const int64_t at = ((int64_t)a.layer * c.n_blocks * c.block_tokens + kv_slot(m, c.block_tokens, row, pos)) * c.kv_dim +
                            (int64_t)hh * hd;
-        const float *vh = a.v + (int64_t)row * kv.kv_dim + (int64_t)hh * hd;
-        for (int i0 = lane; i0 < hd; i0 += 32 * PB) {
-            float v[PB];
 #pragma unroll
-            for (int j = 0; j < PB; j++) v[j] = i0 + 32 * j < hd ? vh[i0 + 32 * j] : 0.0f;
-#pragma unroll
-            for (int j = 0; j < PB; j++)
-                if (i0 + 32 * j < hd) {
-                    kv.k[at + i0 + 32 * j] = kv_store(b[i0 + 32 * j], kv.bf16);
-                    kv.v[at + i0 + 32 * j] = kv_store(v[j], kv.bf16);
-                }
-        }
+        for (int j = 0; j < PB; j++)
+            if (lane + 32 * j < hd) {
+                c.k[at + lane + 32 * j] = kv_store(b[lane + 32 * j], c.bf16);
+                c.v[at + lane + 32 * j] = kv_store(v[j], c.bf16);
+            }
     }
 }
 
@@ -364,7 +371,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
     float *qs = smem, *sc = qs + G * hd, *po = sc + G * CH;
     int64_t *slot = (int64_t *)(po + ATT_WARPS * G * hd + (G * hd + G * CH + ATT_WARPS * G * hd) % 2); /* 8-byte aligned */
     const float *qr = a.q + (int64_t)row * a.n_head * hd + (int64_t)kvh * G * hd;
-    for (int i0 = threadIdx.x; i0 < G * hd; i0 += PB * blockDim.x) { /* PB loads at once (prep_kernel) */
+    for (int i0 = threadIdx.x; i0 < G * hd; i0 += PB * blockDim.x) { /* PB loads at once */
         float v[PB];
 #pragma unroll
         for (int j = 0; j < PB; j++) v[j] = i0 + j * (int)blockDim.x < G * hd ? qr[i0 + j * blockDim.x] : 0.0f;
@@ -698,21 +705,26 @@ cudaError_t dsp_cu_embed(float *x, const dsp_cu_mat *t, int dim, int n, const ds
 }
 
 cudaError_t dsp_cu_prep_launch(const dsp_cu_prep *a, int n_rows, cudaStream_t st) {
-    dsp_cu_prep p = *a;
-    static const bool cols = [] {
-        const char *e = getenv("DSP_CUDA_PREP_COLS");
-        return !(e && !strcmp(e, "0"));
-    }();
-    if (cols && !(p.flags & DSP_CU_PREP_NORM))
-        return dsp_cu_launch_dep(prep_cols_kernel, dim3((unsigned)n_rows, blocks(p.units * 4, COL_ELEMS)), dim3(COL_THREADS), 0, st, p);
-    const size_t sm = (size_t)p.K * sizeof(float);
-    p.smem = sm <= PREP_SMEM_MAX;
-    return dsp_cu_launch_dep(prep_kernel, dim3((unsigned)n_rows), dim3(ROW_THREADS), p.smem ? sm : 0, st, p);
+    const int64_t nch = (a->K + COL_ELEMS - 1) / COL_ELEMS;
+    if (!(a->flags & DSP_CU_PREP_NORM))
+        return dsp_cu_launch_dep(prep_cols_kernel, dim3((unsigned)n_rows, (unsigned)nch), dim3(COL_THREADS), 0, st, *a);
+    if (nch > NORM_MAX_CHUNKS || (a->flags & DSP_CU_PREP_SWIGLU)) return cudaErrorInvalidValue;
+    const unsigned nc = nch < NORM_CLUSTER ? (unsigned)nch : NORM_CLUSTER;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[2];
+    cfg.gridDim = dim3(nc * (unsigned)n_rows), cfg.blockDim = dim3(COL_THREADS), cfg.stream = st;
+    cfg.dynamicSmemBytes = (size_t)((nch + nc - 1) / nc) * COL_ELEMS * sizeof(float);
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = nc, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr, cfg.numAttrs = dsp_cu_pdl_all() ? 2 : 1;
+    return cudaLaunchKernelEx(&cfg, prep_norm_kernel, *a);
 }
 
 cudaError_t dsp_cu_rmsnorm(float *out, const float *x, const float *w, int n_rows, int dim, float eps, const int32_t *rows,
                            cudaStream_t st) {
-    rmsnorm_kernel<<<(unsigned)n_rows, ROW_THREADS, 0, st>>>(out, x, w, dim, eps, rows);
+    rmsnorm_kernel<<<(unsigned)n_rows, COL_THREADS, 0, st>>>(out, x, w, dim, eps, rows);
     return cudaGetLastError();
 }
 
@@ -723,6 +735,7 @@ cudaError_t dsp_cu_add_bias(float *y, const float *b, int n_rows, int dim, cudaS
 
 cudaError_t dsp_cu_rope(const dsp_cu_rope_args *a, const dsp_cu_meta *m, cudaStream_t st) {
     const int warps = 4;
+    if (a->hd > DSP_CU_ROPE_MAX_HD || a->rot > a->hd) return cudaErrorInvalidValue;
     return dsp_cu_launch_dep(rope_kernel, dim3(blocks((int64_t)a->n * (a->hq + a->hk), warps)), dim3(warps * 32),
                              warps * a->hd * sizeof(float), st, *a, *m);
 }
@@ -775,7 +788,6 @@ cudaError_t dsp_cu_kernels_init(void) {
     cudaError_t e = cudaFuncSetAttribute(attn_chunk_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(attn_chunk_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(attn_chunk_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, PREP_SMEM_MAX);
     return e;
 }
 
