@@ -361,7 +361,8 @@ template <int GM>
 __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a) {
     extern __shared__ float smem[];
     dsp_cu_pdl_launch_dependents();
-    dsp_cu_pdl_wait();
+    /* the batch description (key counts, block tables) is uploaded before the forward's first
+     * kernel and no kernel writes it: the chunk and its key slots are found before the wait */
     const int row = blockIdx.x / a.n_head_kv, kvh = blockIdx.x % a.n_head_kv, c = blockIdx.y;
     const int nk = a.m.n_keys[row], CH = dsp_cu_attn_chunk(nk, a.cmin), nch = (nk + CH - 1) / CH;
     if (c >= nch) return;
@@ -370,6 +371,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *qs = smem, *sc = qs + G * hd, *po = sc + G * CH;
     int64_t *slot = (int64_t *)(po + ATT_WARPS * G * hd + (G * hd + G * CH + ATT_WARPS * G * hd) % 2); /* 8-byte aligned */
+    const int64_t lbase = (int64_t)a.layer * a.kv.n_blocks * bt;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) slot[j] = (lbase + kv_slot(a.m, bt, row, k0 + j)) * kv_dim + (int64_t)kvh * hd;
+    dsp_cu_pdl_wait();
     const float *qr = a.q + (int64_t)row * a.n_head * hd + (int64_t)kvh * G * hd;
     for (int i0 = threadIdx.x; i0 < G * hd; i0 += PB * blockDim.x) { /* PB loads at once */
         float v[PB];
@@ -379,8 +383,6 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
         for (int j = 0; j < PB; j++)
             if (i0 + j * (int)blockDim.x < G * hd) qs[i0 + j * blockDim.x] = v[j];
     }
-    const int64_t lbase = (int64_t)a.layer * a.kv.n_blocks * bt;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) slot[j] = (lbase + kv_slot(a.m, bt, row, k0 + j)) * kv_dim + (int64_t)kvh * hd;
     __syncthreads();
 
     for (int j0 = warp; j0 < n; j0 += ATT_WARPS * ATT_KB) {
@@ -487,13 +489,18 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
 /* one CTA per (row, head): merge the row's chunks in order */
 __global__ void attn_merge_kernel(float *out, const float *part, int n_head, int hd, int max_chunks, int cmin, dsp_cu_meta m) {
     dsp_cu_pdl_launch_dependents();
-    dsp_cu_pdl_wait();
     const int row = blockIdx.x / n_head, h = blockIdx.x % n_head;
-    const int nk = m.n_keys[row], nch = dsp_cu_attn_chunks(nk, cmin);
+    const int nk = m.n_keys[row], nch = dsp_cu_attn_chunks(nk, cmin); /* (before the wait: attn_chunk_kernel) */
     const float *p = part + ((int64_t)row * n_head + h) * max_chunks * (hd + 2);
+    dsp_cu_pdl_wait();
     /* the chunks' max and sum, one thread each, then their weights exp(m_c - max): every thread
-     * then reads them from shared memory instead of 3 x nch dependent global loads */
+     * then reads them from shared memory instead of 3 x nch dependent global loads. The thread's
+     * first dimension's partials of the first PB chunks are loaded with them (one round trip). */
     __shared__ float cm[ATT_MAX_CHUNKS], cl[ATT_MAX_CHUNKS], ce[ATT_MAX_CHUNKS];
+    const int d0 = threadIdx.x;
+    float v0[PB];
+#pragma unroll
+    for (int j = 0; j < PB; j++) v0[j] = d0 < hd && j < nch ? p[j * (hd + 2) + d0] : 0.0f;
     if (threadIdx.x < nch) cm[threadIdx.x] = p[threadIdx.x * (hd + 2) + hd], cl[threadIdx.x] = p[threadIdx.x * (hd + 2) + hd + 1];
     __syncthreads();
     float mx = -INFINITY;
@@ -507,7 +514,7 @@ __global__ void attn_merge_kernel(float *out, const float *part, int n_head, int
         for (int c0 = 0; c0 < nch; c0 += PB) { /* PB chunks' loads at once, added in chunk order */
             float v[PB];
 #pragma unroll
-            for (int j = 0; j < PB; j++) v[j] = c0 + j < nch ? p[(c0 + j) * (hd + 2) + d] : 0.0f;
+            for (int j = 0; j < PB; j++) v[j] = d == d0 && c0 == 0 ? v0[j] : c0 + j < nch ? p[(c0 + j) * (hd + 2) + d] : 0.0f;
 #pragma unroll
             for (int j = 0; j < PB; j++)
                 if (c0 + j < nch) o = fmaf(v[j], ce[c0 + j], o);
