@@ -123,8 +123,8 @@ static void test_matmul(void) {
      * 16..128 groups), SmolLM2's widths (576, 1536) */
     static const struct { int64_t M, K; } shapes[] = {{200, 1024}, {37, 96}, {37, 512}, {576, 576}, {96, 1536}, {64, 4096}};
     const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
-    static const int rows[] = {1, 2, 8, 9, 16, 33, 64, 65, 130};
-    const int NMAX = 130;
+    static const int rows[] = {1, 2, 8, 9, 16, 33, 64, 65, 130, 257};
+    const int NMAX = 300; /* from 256 rows float weights take the tiled prefill kernel (mm_tiled_kernel) */
     for (int ti = 0; ti < N_TYPES; ti++)
         for (int si = 0; si < n_shapes; si++) {
             const uint32_t type = g_types[ti];
@@ -156,8 +156,8 @@ static void test_matmul(void) {
                 bad += memcmp(part, all, sizeof(float) * (size_t)rows[ri] * M) != 0;
                 free(part);
             }
-            static const int singles[] = {0, 7, 64, 129};
-            for (int s = 0; s < 4; s++) {
+            static const int singles[] = {0, 7, 64, 129, 299};
+            for (int s = 0; s < 5; s++) {
                 float *one = gpu_mm(wg, M, K, X, singles[s], 1, &x, &y);
                 bad += memcmp(one, all + (size_t)singles[s] * M, sizeof(float) * (size_t)M) != 0;
                 free(one);
@@ -165,7 +165,7 @@ static void test_matmul(void) {
             float *blk = gpu_mm(wg, M, K, X, 50, 16, &x, &y);
             bad += memcmp(blk, all + (size_t)50 * M, sizeof(float) * 16 * (size_t)M) != 0;
             free(blk);
-            CHECK_MSG(bad == 0, "%s: %d launches differ bitwise from the 130-row launch", what, bad);
+            CHECK_MSG(bad == 0, "%s: %d launches differ bitwise from the %d-row launch", what, bad, NMAX);
             free(ref), free(all), free(X);
             pb_free(&x), pb_free(&y);
             g_cpu->ops->weight_destroy(g_cpu, wc);
@@ -176,7 +176,7 @@ static void test_matmul(void) {
 
 /* fused q/k/v-style launches (3 weights, shared input) equal separate launches bit for bit; above 64
  * rows a CTA takes two tiles (BF16 and Q8_0 with 8 n-tiles, Q4_K with 4; 48 rows: 3 tiles, the
- * last CTA half empty) */
+ * last CTA half empty); from 256 rows float weights take 8 tiles a CTA */
 static void test_matmul_fused_one(uint32_t type, int n) {
     const int64_t K = 512, Ms[3] = {256, 64, 48};
     tbuf tw[3];
@@ -215,6 +215,7 @@ static void test_matmul_fused(void) {
     test_matmul_fused_one(DSP_Q4_K, 100);
     test_matmul_fused_one(DSP_BF16, 70);
     test_matmul_fused_one(DSP_Q8_0, 130);
+    test_matmul_fused_one(DSP_BF16, 300); /* the tiled kernel: a CTA of 8 tiles, the 2nd and 3rd weights in part-empty CTAs */
 }
 
 /* add -> rmsnorm -> matmul and swiglu -> matmul in one forward are fused into the matmul's input

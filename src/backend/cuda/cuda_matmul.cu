@@ -369,6 +369,180 @@ __global__ void __launch_bounds__(max_slices<T>() * 32) mm_kernel(const mm_args 
     }
 }
 
+/* ---- prefill: the same chains over large tiles staged in shared memory --------------------------
+ *
+ * mm_kernel gives each (16-row tile, token group) CTA all S k-slices of the weight, one warp each,
+ * so every warp fetches its activations from L2 for its own 16 rows: at 512 prefill rows the
+ * activations cross L2 once per 16 (32 with MT = 2) weight rows. This kernel computes exactly the
+ * same chain per output element over a CTA tile of TB_T tiles (128 weight rows) x TB_N tokens: a
+ * warp walks the whole k range through shared memory (cp.async, TB_STAGES stages of TB_KC groups)
+ * and keeps, per element, the running partial of the current slice (from 0.0f, in group and step
+ * order, the mma with the activations' hi, then lo, then the weights' lo) and the total of the
+ * finished slices (the first slice's partial, then + each next one: the warp-order sum of
+ * mm_kernel's epilogue). Float weights only (no scale blocks). Bit-identical to mm_kernel, hence to
+ * a single decode row (test_matmul compares them bitwise). */
+constexpr int TB_T = 8, TB_N = 64, TB_KC = 2, TB_STAGES = 3, TB_WARPS = 8;
+/* warps: 4 along the rows (2 tiles each) x 2 along the tokens (4 n-tiles each) */
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_wait1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+/* an activation unit's place in its (token, group) row of 8: the halves swapped on odd tokens, so
+ * that the two tokens a quarter-warp reads (4 units each) fall in different banks */
+__device__ __forceinline__ int tb_xpos(int tok, int u) { return u ^ ((tok & 1) << 2); }
+
+template <uint32_t T> constexpr size_t tb_wbytes() { return (size_t)TB_T * TB_KC * 32 * mmt<T>::LB; }
+template <uint32_t T> constexpr size_t tb_stage() { return tb_wbytes<T>() + (size_t)TB_N * TB_KC * 8 * 16; }
+template <uint32_t T> constexpr size_t tb_smem() { return TB_STAGES * tb_stage<T>(); }
+
+template <uint32_t T>
+__global__ void __launch_bounds__(TB_WARPS * 32) mm_tiled_kernel(const mm_args a) {
+    using C = mmt<T>;
+    static_assert(is_float<T>(), "float weights: one chain, no scale blocks");
+    constexpr int STEPS = C::KG / 16, NV = C::LB / 16, GB = 32 * C::LB;
+    extern __shared__ __align__(16) uint8_t tsm[];
+    const int bx = blockIdx.y;
+    const int mi = (a.n_mats > 2 && bx >= a.m[2].tile0) ? 2 : (a.n_mats > 1 && bx >= a.m[1].tile0) ? 1 : 0;
+    const uint8_t *W = a.m[mi].w;
+    float *Y = a.m[mi].y;
+    const int M = a.m[mi].M, S = a.m[mi].S, n_tiles = (M + 15) / 16;
+    const int tile0 = TB_T * (bx - a.m[mi].tile0); /* the CTA's first tile */
+    const int64_t G = a.n_groups;
+    const int tok0 = blockIdx.x * TB_N;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wm = warp & 3, wn = warp >> 2;
+
+    /* stage st (groups st * TB_KC ...) into buffer st % TB_STAGES: weights then activations */
+    auto issue_w = [&](int64_t st) {
+        uint8_t *dw = tsm + (st % TB_STAGES) * tb_stage<T>();
+        for (int i = threadIdx.x; i < TB_T * TB_KC * (GB / 16); i += blockDim.x) {
+            const int tl = i / (TB_KC * (GB / 16)), kc = i / (GB / 16) % TB_KC, v = i % (GB / 16);
+            const int64_t c = st * TB_KC + kc;
+            const bool ok = tile0 + tl < n_tiles && c < G;
+            const uint8_t *src = W + ((int64_t)(ok ? tile0 + tl : 0) * G + (ok ? c : 0)) * GB + 16 * v;
+            cp_async16(dw + ((size_t)tl * TB_KC + kc) * GB + 16 * v, src, ok);
+        }
+    };
+    auto issue_x = [&](int64_t st) {
+        uint8_t *dx = tsm + (st % TB_STAGES) * tb_stage<T>() + tb_wbytes<T>();
+        for (int i = threadIdx.x; i < TB_N * TB_KC * 8; i += blockDim.x) {
+            const int tk = i / (TB_KC * 8), kc = i / 8 % TB_KC, u = i % 8;
+            const int64_t c = st * TB_KC + kc;
+            const bool ok = tok0 + tk < a.n_rows && c < G;
+            const uint4 *src = a.xp + (int64_t)(ok ? tok0 + tk : 0) * a.x_units + (ok ? c : 0) * (C::KG / 4) + u;
+            cp_async16(dx + (((size_t)tk * TB_KC + kc) * 8 + tb_xpos(tk, u)) * 16, src, ok);
+        }
+    };
+
+    dsp_cu_pdl_launch_dependents();
+    const int64_t n_st = (G + TB_KC - 1) / TB_KC;
+    issue_w(0);
+    if (n_st > 1) issue_w(1);
+    dsp_cu_pdl_wait(); /* the activations are final */
+    issue_x(0);
+    cp_commit();
+    if (n_st > 1) issue_x(1);
+    cp_commit();
+
+    float p[2][4][4], tot[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) p[mt][nt][i] = tot[mt][nt][i] = 0.0f;
+    int si = 0;                   /* the current slice */
+    int64_t send = G / S;         /* its end (mm_kernel's c1 of warp si) */
+    for (int64_t st = 0; st < n_st; st++) {
+        cp_wait1(); /* this thread's copies of stage st have landed */
+        __syncthreads(); /* everyone's have, and stage st - 1's buffer is free */
+        if (st + 2 < n_st) {
+            issue_w(st + 2);
+            issue_x(st + 2);
+        }
+        cp_commit();
+        const uint8_t *sw = tsm + (st % TB_STAGES) * tb_stage<T>();
+        const uint4 *sx = (const uint4 *)(sw + tb_wbytes<T>());
+#pragma unroll
+        for (int kc = 0; kc < TB_KC; kc++) {
+            const int64_t c = st * TB_KC + kc;
+            if (c >= G) break;
+            uint4 wv[2][NV];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int i = 0; i < NV; i++)
+                    wv[mt][i] = *(const uint4 *)(sw + ((size_t)(2 * wm + mt) * TB_KC + kc) * GB + 16 * (32 * i + lane));
+#pragma unroll
+            for (int s = 0; s < STEPS; s++) {
+                uint32_t A[2][4], Al[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) dsp_cu_frag_f(T, (const uint32_t *)wv[mt], s, A[mt], Al[mt]);
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    const int tk = 32 * wn + 8 * nt + g;
+                    const uint4 xb = sx[((size_t)tk * TB_KC + kc) * 8 + tb_xpos(tk, 4 * s + t)];
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        mma(p[mt][nt], A[mt], xb.x, xb.y);
+                        mma(p[mt][nt], A[mt], xb.z, xb.w);
+                        if constexpr (T != DSP_BF16) mma(p[mt][nt], Al[mt], xb.x, xb.y);
+                    }
+                }
+            }
+            /* the slice(s) ending after group c fold into the total (an empty slice adds its 0) */
+            while (si < S && c + 1 == send) {
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            tot[mt][nt][i] = si == 0 ? p[mt][nt][i] : tot[mt][nt][i] + p[mt][nt][i];
+                            p[mt][nt][i] = 0.0f;
+                        }
+                si++;
+                send = (int64_t)(si + 1) * G / S;
+            }
+        }
+    }
+    /* c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1): rows of the tile, tokens of the n-tile */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int tok = tok0 + 32 * wn + 8 * nt + 2 * t + (i & 1);
+                const int64_t orow = (int64_t)(tile0 + 2 * wm + mt) * 16 + g + 8 * (i >> 1);
+                if (tok < a.n_rows && orow < M) Y[(int64_t)tok * M + orow] = tot[mt][nt][i];
+            }
+}
+
+/* rows from which float weights take mm_tiled_kernel: 256, or DSP_CUDA_MM_TILED=N (0: never) */
+static int tiled_rows(void) {
+    static const int v = [] {
+        const char *e = getenv("DSP_CUDA_MM_TILED");
+        const int n = e ? atoi(e) : 256;
+        return n <= 0 ? 1 << 30 : n;
+    }();
+    return v;
+}
+
+template <uint32_t T> cudaError_t launch_tiled(mm_args a, cudaStream_t st) {
+    int ctas = 0;
+    for (int i = 0; i < a.n_mats; i++) {
+        a.m[i].tile0 = ctas;
+        ctas += ((a.m[i].M + 15) / 16 + TB_T - 1) / TB_T;
+    }
+    const dim3 grid((unsigned)((a.n_rows + TB_N - 1) / TB_N), (unsigned)ctas);
+    return dsp_cu_launch_pdl(mm_tiled_kernel<T>, grid, dim3(TB_WARPS * 32), tb_smem<T>(), st, a);
+}
+
 template <uint32_t T, int NT> size_t mm_smem(int S) { return (size_t)S * NT * 8 * RED_LD * sizeof(float); }
 
 /* Tiles per CTA above 64 rows: 2, or DSP_CUDA_MM_MT=1 (the decode kernel's 1, to compare). The
@@ -398,6 +572,8 @@ static int mm_actreg(void) {
 
 template <uint32_t T>
 cudaError_t launch_type(mm_args a, int S_max, cudaStream_t st) {
+    if constexpr (is_float<T>())
+        if (a.n_rows >= tiled_rows()) return launch_tiled<T>(a, st);
     const int MT = two_tiles<T>() && a.n_rows > 64 ? mm_mt() : 1;
     const int nt = MT == 2 ? two_tile_nt<T>() : a.n_rows <= 8 ? 1 : a.n_rows <= 16 ? 2 : a.n_rows <= 32 ? 4 : 8;
     int ctas = 0; /* tile0 becomes each weight's first CTA of MT tiles */
@@ -471,6 +647,8 @@ template <uint32_t T> cudaError_t mm_init_type() {
     e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 2, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 2>(max_slices<T>()));
     e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 4, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 4>(max_slices<T>()));
     e = e ? e : cudaFuncSetAttribute(mm_kernel<T, 8, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mm_smem<T, 8>(max_slices<T>()));
+    if constexpr (is_float<T>())
+        e = e ? e : cudaFuncSetAttribute(mm_tiled_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tb_smem<T>());
     if constexpr (two_tiles<T>())
         e = e ? e : cudaFuncSetAttribute(mm_kernel<T, two_tile_nt<T>(), 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)mm_smem<T, two_tile_nt<T>()>(max_slices<T>()));
