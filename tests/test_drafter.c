@@ -284,6 +284,45 @@ static void test_prefix_cache(void) {
     dsp_engine_destroy(e);
 }
 
+/* A request that cannot draft with the block drafter (baseline, lookup) skips its context step,
+ * and its cached blocks (which then lack the drafter's K/V) are never attached by one that can */
+static void test_context_only_when_drafting(void) {
+    dsp_engine *e = make_engine(g_names[2], 1, true);
+    if (!e) return;
+    int32_t ids[256], ids2[256];
+    int n = tokenize(g_prompts[2], ids, 256);
+    dsp_gen_params gp = dsp_gen_default_params();
+    gp.max_tokens = 40;
+    gp.mode = DSP_SPEC_BASELINE;
+    static run_out base, base2, spec, fresh;
+    run(e, ids, n, &gp, &base);
+    dsp_engine_stats st;
+    dsp_engine_get_stats(e, &st);
+    CHECK_MSG(st.draft_ms == 0.0, "baseline requests ran the block drafter for %.3f ms", st.draft_ms);
+    memcpy(ids2, ids, sizeof(int32_t) * (size_t)n);
+    memcpy(ids2 + n, base.ev.ids, sizeof(int32_t) * (size_t)base.ev.n);
+    int n2 = n + base.ev.n;
+    n2 += tokenize(" And then?", ids2 + n2, (size_t)(256 - n2));
+    /* a DSpark request on the follow-up: nothing cached for it, and its drafts are a fresh engine's */
+    static trace_log ts, tf;
+    memset(&ts, 0, sizeof ts), memset(&tf, 0, sizeof tf);
+    gp.mode = DSP_SPEC_DSPARK;
+    gp.max_draft = 7;
+    gp.trace = log_round, gp.trace_user = &ts;
+    run(e, ids2, n2, &gp, &spec);
+    CHECK_EQ_INT((int)spec.r.n_cached, 0);
+    gp.trace_user = &tf;
+    run(g_eng[2], ids2, n2, &gp, &fresh);
+    same(&fresh, &spec, "block request after a baseline one");
+    CHECK(ts.n > 0 && ts.n == tf.n && !memcmp(ts.draft, tf.draft, sizeof ts.draft) && !memcmp(ts.conf, tf.conf, sizeof ts.conf));
+    /* a baseline request still reuses the baseline's blocks */
+    gp.mode = DSP_SPEC_BASELINE;
+    gp.trace = NULL;
+    run(e, ids2, n2, &gp, &base2);
+    CHECK(base2.r.n_cached >= 32);
+    dsp_engine_destroy(e);
+}
+
 /* ---- sampling: the exact law of tokens 2 and 3 ------------------------------------------------ */
 
 static int g_fault = DSP_SPEC_FAULT_NONE;
@@ -684,6 +723,7 @@ int main(void) {
         DSP_RUN(test_stops);
         DSP_RUN(test_batched);
         DSP_RUN(test_prefix_cache);
+        DSP_RUN(test_context_only_when_drafting);
         DSP_RUN(test_sampling_exact);
         DSP_RUN(test_draft_vocab_greedy);
         DSP_RUN(test_draft_vocab_sampling);

@@ -170,7 +170,7 @@ static dsp_status fill(dsp_engine *e, dsp_kv_seq *s, uint32_t from, uint32_t to)
         int n = (int)(to - at < (uint32_t)e->batch_tokens ? to - at : (uint32_t)e->batch_tokens);
         for (int i = 0; i < n; i++) e->btok[i] = (int32_t)(((at + (uint32_t)i) * 7919u + 13u) % (uint32_t)e->n_vocab), e->bpos[i] = (int32_t)(at + (uint32_t)i), e->bseq[i] = 0;
         e->bseqs[0] = s;
-        dsp_status st = dsp_engine_forward(e, n, 1, 0, false, false);
+        dsp_status st = dsp_engine_forward(e, n, 1, 0, false, false, true);
         if (st) return st;
         at += (uint32_t)n;
     }
@@ -185,7 +185,7 @@ static dsp_status time_rows(dsp_engine *e, dsp_kv_seq *s, int n, double *ms) {
     for (int i = 0; i < nl; i++) e->brow[i] = n - nl + i;
     e->bseqs[0] = s;
     double t0 = now_ms();
-    dsp_status st = dsp_engine_forward(e, n, 1, nl, false, false);
+    dsp_status st = dsp_engine_forward(e, n, 1, nl, false, false, true);
     *ms = now_ms() - t0;
     dsp_kv_seq_truncate(e->kv, s, L);
     return st;
@@ -335,13 +335,16 @@ dsp_status dsp_engine_profile(dsp_engine *e, dsp_spec_profile *out) {
 
 /* ---- the round ------------------------------------------------------------------------------ */
 
-dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax) {
-    int n_taps = e->bd ? e->bdi->n_taps : host_taps ? e->n_taps : 0;
-    const int32_t *tap_layers = e->bd ? e->bdi->tap_layers : e->tap_layers;
+bool dsp_engine_block_ctx(const dsp_req *r) { return r->block || r->pick; }
+
+dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax, bool block_ctx) {
+    const bool bd = e->bd && block_ctx;
+    int n_taps = bd ? e->bdi->n_taps : host_taps ? e->n_taps : 0;
+    const int32_t *tap_layers = bd ? e->bdi->tap_layers : e->tap_layers;
     dsp_batch b = {n, e->btok, e->bseq, e->bpos, n_logits, e->brow, n_taps, n_taps ? tap_layers : NULL};
     dsp_status st = dsp_fwd_run(e->fwd, e->bseqs, n_seqs, &b, argmax ? NULL : e->logits, host_taps && e->taps ? e->taps : NULL);
     if (!st && argmax) st = dsp_fwd_argmax(e->fwd, n_logits, e->argmax);
-    if (!st && e->bd) {
+    if (!st && bd) {
         double t0 = now_ms();
         st = dsp_block_context(e->bd, dsp_fwd_taps(e->fwd), n, e->btok, e->bpos, e->bseq, n_seqs, e->bseqs);
         e->st.draft_ms += now_ms() - t0;

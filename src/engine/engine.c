@@ -397,7 +397,12 @@ dsp_status dsp_engine_submit_drafter(dsp_engine *e, const int32_t *prompt, size_
     r->tokens = malloc(sizeof(int32_t) * e->n_ctx);
     if (!st && !r->tokens) st = dsp_error(DSP_ERR_NOMEM, "no memory");
     if (!st) st = dsp_stop_init(&r->stop, r->p.stop, n_stop);
-    if (!st) st = dsp_kv_seq_init(&r->kv, e->n_ctx, e->kv->block_tokens, 0);
+    /* speculation */
+    if (!st) st = dsp_engine_draft_setup(e, r, drafter);
+    /* only requests that may draft with the block drafter have its context computed (the engine
+     * skips it in rounds without one), so their cached prefix blocks, which hold the drafter's K/V
+     * too, are keyed apart from the others' */
+    if (!st) st = dsp_kv_seq_init(&r->kv, e->n_ctx, e->kv->block_tokens, dsp_engine_block_ctx(r) ? DSP_KV_SALT_BLOCK_CTX : 0);
     if (!st) st = dsp_detok_stream_create(e->m->tok, DSP_DETOKENIZE_SKIP_SPECIAL, &r->detok);
     if (!st) {
         r->out_cap = 2 * (3 * dsp_tok_max_piece_len(e->m->tok) + 8) + r->stop.cap;
@@ -406,8 +411,6 @@ dsp_status dsp_engine_submit_drafter(dsp_engine *e, const int32_t *prompt, size_
         r->evtop = p->logprobs > 0 ? malloc(sizeof *r->evtop * (DSP_MAX_DRAFT + 1) * (size_t)p->logprobs) : NULL;
         if (!r->evtext || (p->logprobs > 0 && !r->evtop)) st = dsp_error(DSP_ERR_NOMEM, "no memory");
     }
-    /* speculation */
-    if (!st) st = dsp_engine_draft_setup(e, r, drafter);
     if (st) {
         req_free(e, r);
         return st;
@@ -824,6 +827,8 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
     }
     if ((uint32_t)n_seqs > e->st.peak_running) e->st.peak_running = (uint32_t)n_seqs;
     int n_taps = e->taps ? e->n_taps : 0;
+    bool block_ctx = false; /* a request in the round may draft with the block drafter: its context step runs */
+    for (int i = 0; i < e->n_running; i++) block_ctx |= e->running[i]->n_rows > 0 && dsp_engine_block_ctx(e->running[i]);
     /* a round where every request with a logits row is plain greedy without logprobs needs only
      * the rows' argmax (the verifier's dsp_spec_verify_argmax), computed by the backend where the
      * logits are: no vocabulary row is read back */
@@ -834,7 +839,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
             e->argmax_round = r->p.logprobs < 0 && dsp_sample_params_plain_greedy(&r->sp);
     }
     double t_fwd = now_ms();
-    st = dsp_engine_forward(e, n, n_seqs, n_logits, n_taps > 0, e->argmax_round);
+    st = dsp_engine_forward(e, n, n_seqs, n_logits, n_taps > 0, e->argmax_round, block_ctx);
     t_fwd = now_ms() - t_fwd;
     if (!st) fit_round(e, n, t_fwd);
     e->st.rounds++;

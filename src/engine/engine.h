@@ -183,9 +183,15 @@ dsp_status dsp_engine_draft_round(dsp_engine *e);
 /* Rows a round with decode_rows decoding rows (n_decoding requests) may take in total, prefill
  * chunks included, the first prefill waiting at position pos (engine.c; at least decode_rows + 1) */
 int dsp_engine_prefill_budget(const dsp_engine *e, int decode_rows, int n_decoding, uint32_t pos);
-/* The round's target forward plus the drafter's context step over the same rows; with argmax,
- * only the rows' argmax comes back (e->argmax), not their logits. */
-dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax);
+/* The round's target forward plus, with block_ctx, the block drafter's context step over the same
+ * rows (a request among them may draft with it; the cost profile's forwards pass true: they time
+ * what a drafting round costs); with argmax, only the rows' argmax comes back (e->argmax), not
+ * their logits. */
+dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax, bool block_ctx);
+/* r may draft with the engine's block drafter (a block mode, or auto with one): the rounds it is in
+ * run the drafter's context step, and its prefix blocks are cached under DSP_KV_SALT_BLOCK_CTX */
+bool dsp_engine_block_ctx(const dsp_req *r);
+#define DSP_KV_SALT_BLOCK_CTX 0x426c6f636bull /* "Block": cached blocks that hold the block drafter's K/V */
 /* After a decode-only round with a cost profile: `rows` rows in the forward, `extra_keys` keys
  * beyond the profile's context, `drafted` whether any row was a draft, `ms` the whole round's
  * measured time. Call it before host_ms takes the round in: the prediction uses the host time the
