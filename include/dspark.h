@@ -431,6 +431,7 @@ typedef struct dsp_engine_stats {
     uint64_t accept_hist[DSP_MAX_DRAFT + 2]; /* verify rounds by tokens they decided */
     uint64_t block_drafts;      /* requests drafted by the block drafter (summed over rounds) */
     double draft_ms;            /* time in the block drafter (draft and context steps) */
+    uint64_t context_rows;      /* rows of the block drafter's context steps */
     uint64_t forward_rows;      /* rows of every round's target forward */
     double forward_ms;          /* time in the rounds' target forwards (with the drafter's context step) */
     double host_ms;             /* the rounds' time outside the forward: drafting, layout, verification,

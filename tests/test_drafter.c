@@ -323,6 +323,47 @@ static void test_context_only_when_drafting(void) {
     dsp_engine_destroy(e);
 }
 
+/* Mode auto gives the block drafter up after AUTO_GIVE_UP rounds without choosing it (random
+ * weights: it is never worth it once exploration is over): the context step stops, the output is
+ * still baseline's, and no block written after that is published for requests that draft */
+static void test_auto_gives_up(void) {
+    dsp_engine *e = make_engine(g_names[2], 1, true);
+    if (!e) return;
+    int32_t ids[512], ids2[512];
+    int n = tokenize(g_prompts[0], ids, 512);
+    dsp_gen_params gp = dsp_gen_default_params();
+    gp.max_tokens = 200;
+    gp.ignore_eos = true;
+    static run_out base, aut, spec, fresh;
+    run(g_plain, ids, n, &gp, &base);
+    gp.mode = DSP_SPEC_AUTO;
+    gp.max_draft = DSP_DRAFT_AUTO;
+    run(e, ids, n, &gp, &aut);
+    same(&base, &aut, "auto that gives the block drafter up");
+    dsp_engine_stats st;
+    dsp_engine_get_stats(e, &st);
+    CHECK_MSG(st.context_rows + 64 < st.forward_rows, "the context step ran on %llu of %llu rows", (unsigned long long)st.context_rows,
+              (unsigned long long)st.forward_rows);
+    /* a DSpark follow-up attaches at most the blocks written while the context step still ran */
+    memcpy(ids2, ids, sizeof(int32_t) * (size_t)n);
+    memcpy(ids2 + n, aut.ev.ids, sizeof(int32_t) * (size_t)aut.ev.n);
+    int n2 = n + aut.ev.n;
+    n2 += tokenize(" And then?", ids2 + n2, (size_t)(512 - n2));
+    static trace_log ts, tf;
+    memset(&ts, 0, sizeof ts), memset(&tf, 0, sizeof tf);
+    gp.mode = DSP_SPEC_DSPARK;
+    gp.max_draft = 7;
+    gp.max_tokens = 24;
+    gp.trace = log_round, gp.trace_user = &ts;
+    run(e, ids2, n2, &gp, &spec);
+    CHECK(spec.r.n_cached <= st.context_rows);
+    gp.trace_user = &tf;
+    run(g_eng[2], ids2, n2, &gp, &fresh);
+    same(&fresh, &spec, "block request after an auto one that gave up");
+    CHECK(ts.n > 0 && ts.n == tf.n && !memcmp(ts.draft, tf.draft, sizeof ts.draft) && !memcmp(ts.conf, tf.conf, sizeof ts.conf));
+    dsp_engine_destroy(e);
+}
+
 /* ---- sampling: the exact law of tokens 2 and 3 ------------------------------------------------ */
 
 static int g_fault = DSP_SPEC_FAULT_NONE;
@@ -724,6 +765,7 @@ int main(void) {
         DSP_RUN(test_batched);
         DSP_RUN(test_prefix_cache);
         DSP_RUN(test_context_only_when_drafting);
+        DSP_RUN(test_auto_gives_up);
         DSP_RUN(test_sampling_exact);
         DSP_RUN(test_draft_vocab_greedy);
         DSP_RUN(test_draft_vocab_sampling);

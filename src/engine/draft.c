@@ -345,6 +345,7 @@ dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bo
     dsp_status st = dsp_fwd_run(e->fwd, e->bseqs, n_seqs, &b, argmax ? NULL : e->logits, host_taps && e->taps ? e->taps : NULL);
     if (!st && argmax) st = dsp_fwd_argmax(e->fwd, n_logits, e->argmax);
     if (!st && bd) {
+        e->st.context_rows += (uint64_t)n;
         double t0 = now_ms();
         st = dsp_block_context(e->bd, dsp_fwd_taps(e->fwd), n, e->btok, e->bpos, e->bseq, n_seqs, e->bseqs);
         e->st.draft_ms += now_ms() - t0;
@@ -442,10 +443,22 @@ void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool draft
 #define EXPLORE_TRIALS 12.0f
 #define EXPLORE_RUNS 24 /* and at most this many drafter runs in all (confidence may verify none) */
 #define EXPLORE_P 0.7f
+static bool exploring(const dsp_engine *e) { return e->acc_pool[0].t < EXPLORE_TRIALS && e->st.block_drafts < EXPLORE_RUNS; }
 static float block_accept_p(const dsp_engine *e, const dsp_req *r) {
     const float p = dsp_accept_p(&r->acc[0]);
-    const bool explore = e->acc_pool[0].t < EXPLORE_TRIALS && e->st.block_drafts < EXPLORE_RUNS;
-    return explore && p < EXPLORE_P ? EXPLORE_P : p;
+    return exploring(e) && p < EXPLORE_P ? EXPLORE_P : p;
+}
+
+/* Mode auto keeps the block drafter's context step running for a request in every round, chosen
+ * or not. When the drafter has not been chosen for AUTO_GIVE_UP decode rounds in a row, outside
+ * exploration, the request gives it up for good: it continues as prompt lookup, its rounds skip
+ * the context step, and its later blocks are not published to the prefix cache (they lack the
+ * drafter's K/V that requests under the same key expect). Drafter choice only: lossless. */
+#define AUTO_GIVE_UP 32
+static void give_up_block(dsp_req *r) {
+    r->pick = r->block = false;
+    r->mode = DSP_SPEC_LOOKUP;
+    r->ctx_dropped = true;
 }
 
 /* --max-draft auto, before drafting: how many of r's drafts are expected to pay for the drafter
@@ -510,6 +523,8 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
                 int32_t bcap = dsp_block_n_draft(e->bdi, slots);
                 if (bcap > cap) bcap = cap;
                 pick_src ps = pick_source(e, r, k, k > 0 ? dsp_lookup_last_len(r->drafter) : 0, bcap, n_decode);
+                if (ps == PICK_BLOCK) r->no_block_rounds = 0;
+                else if (++r->no_block_rounds >= AUTO_GIVE_UP && !exploring(e)) give_up_block(r);
                 if (ps == PICK_NONE) continue;
                 use = ps == PICK_LOOKUP;
             }

@@ -308,6 +308,12 @@ const char *dsp_engine_backend(const dsp_engine *e) { return e->be->desc; }
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
+/* r's whole committed blocks into the prefix cache (not after it gave up the block drafter: see
+ * give_up_block in draft.c) */
+static void publish(dsp_engine *e, dsp_req *r, uint32_t committed) {
+    if (!r->ctx_dropped) dsp_kv_seq_publish(e->kv, &r->kv, r->tokens, committed);
+}
+
 static void req_free(dsp_engine *e, dsp_req *r) {
     if (!r) return;
     dsp_kv_seq_free(e->kv, &r->kv);
@@ -474,7 +480,7 @@ static void finish(dsp_engine *e, dsp_req *r, dsp_finish fin, dsp_status status)
     if (r->state != DSP_REQ_WAITING) {
         /* publish what is committed (the KV of the last emitted token is never written) */
         uint32_t committed = r->kv.n_tokens < r->n_tokens ? r->kv.n_tokens : r->n_tokens;
-        if (status == DSP_OK) dsp_kv_seq_publish(e->kv, &r->kv, r->tokens, committed);
+        if (status == DSP_OK) publish(e, r, committed);
         r->res.decode_ms = r->t_first > 0 ? now_ms() - r->t_first : 0;
     }
     r->res.finish = fin;
@@ -712,7 +718,7 @@ static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
         finish(e, r, fin, DSP_OK);
         return;
     }
-    dsp_kv_seq_publish(e->kv, &r->kv, r->tokens, r->kv.n_tokens);
+    publish(e, r, r->kv.n_tokens);
     /* the request's own drafter learns only from its own proposals */
     bool own = r->src == DSP_SRC_DRAFTER;
     observe(e, r, (uint32_t)n_out, own ? k : 0, own ? a : 0, len - 1, first || !e->taps ? 0 : a + 1);
@@ -874,7 +880,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
                 dsp_drafter_observe(r->drafter, &cm);
                 r->observed = r->kv.n_tokens;
             }
-            dsp_kv_seq_publish(e->kv, &r->kv, r->tokens, r->kv.n_tokens);
+            publish(e, r, r->kv.n_tokens);
             if (r->kv.n_tokens == r->n_prompt) { /* prefill complete: the first token */
                 dsp_sample_history_init(&r->hist, r->tokens, e->n_ctx, r->n_prompt);
                 r->state = DSP_REQ_DECODE;

@@ -72,6 +72,8 @@ typedef struct dsp_req {
     bool own_drafter;
     bool block;                  /* drafts with the engine's block drafter (dflash, dspark, hybrid) */
     bool pick;                   /* mode auto with a block drafter: lookup, block or nothing, chosen each round */
+    uint32_t no_block_rounds;    /* (pick) decode rounds since the block drafter was last chosen */
+    bool ctx_dropped;            /* (auto) the block drafter was given up: no context step, no more published blocks */
     float *q;                    /* (DSP_MAX_DRAFT, n_vocab) when the drafts come with their distribution */
     uint32_t observed;           /* tokens the drafter has seen */
     int32_t draft[DSP_MAX_DRAFT];
