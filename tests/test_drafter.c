@@ -252,6 +252,31 @@ static void test_batched(void) {
     dsp_engine_destroy(e);
 }
 
+/* the next turn of a conversation: the prompt + its reply + more text */
+static int follow_up(const int32_t *ids, int n, const run_out *reply, int32_t *out, int cap) {
+    memcpy(out, ids, sizeof(int32_t) * (size_t)n);
+    memcpy(out + n, reply->ev.ids, sizeof(int32_t) * (size_t)reply->ev.n);
+    const int n2 = n + reply->ev.n;
+    return n2 + tokenize(" And then?", out + n2, (size_t)(cap - n2));
+}
+
+/* a DSpark request on e (gp's other fields) gives what a fresh engine gives: output, drafts and
+ * confidences (so the drafter's context it found cached, if any, was complete) */
+static void dspark_as_fresh(dsp_engine *e, const int32_t *ids, int n, dsp_gen_params gp, run_out *got, const char *what) {
+    static trace_log tg, tf;
+    static run_out fresh;
+    memset(&tg, 0, sizeof tg), memset(&tf, 0, sizeof tf);
+    gp.mode = DSP_SPEC_DSPARK;
+    gp.max_draft = 7;
+    gp.trace = log_round, gp.trace_user = &tg;
+    run(e, ids, n, &gp, got);
+    gp.trace_user = &tf;
+    run(g_eng[2], ids, n, &gp, &fresh);
+    same(&fresh, got, what);
+    CHECK_MSG(tg.n > 0 && tg.n == tf.n && !memcmp(tg.draft, tf.draft, sizeof tg.draft) && !memcmp(tg.conf, tf.conf, sizeof tg.conf),
+              "%s: the drafts differ from a fresh engine's", what);
+}
+
 static void test_prefix_cache(void) {
     dsp_engine *e = make_engine(g_names[2], 1, true);
     if (!e) return;
@@ -261,23 +286,10 @@ static void test_prefix_cache(void) {
     gp.max_tokens = 40;
     gp.mode = DSP_SPEC_DSPARK;
     gp.max_draft = 7;
-    static run_out first, cached, fresh;
+    static run_out first, cached;
     run(e, ids, n, &gp, &first);
-    /* the follow-up: the first prompt + its reply + more text */
-    memcpy(ids2, ids, sizeof(int32_t) * (size_t)n);
-    memcpy(ids2 + n, first.ev.ids, sizeof(int32_t) * (size_t)first.ev.n);
-    int n2 = n + first.ev.n;
-    n2 += tokenize(" And then?", ids2 + n2, (size_t)(256 - n2));
-    static trace_log tc, tf;
-    memset(&tc, 0, sizeof tc), memset(&tf, 0, sizeof tf);
-    gp.trace = log_round, gp.trace_user = &tc;
-    run(e, ids2, n2, &gp, &cached);
+    dspark_as_fresh(e, ids2, follow_up(ids, n, &first, ids2, 256), gp, &cached, "prefix-cached follow-up");
     CHECK(cached.r.n_cached >= 32);
-    gp.trace_user = &tf;
-    run(g_eng[2], ids2, n2, &gp, &fresh);
-    same(&fresh, &cached, "prefix-cached follow-up");
-    CHECK_EQ_INT(tc.n, tf.n);
-    CHECK(tc.n > 0 && !memcmp(tc.draft, tf.draft, sizeof tc.draft) && !memcmp(tc.conf, tf.conf, sizeof tc.conf));
     dsp_engine_stats st;
     dsp_engine_get_stats(e, &st);
     CHECK_EQ_INT(st.kv_blocks_used, 0);
@@ -294,38 +306,25 @@ static void test_context_only_when_drafting(void) {
     dsp_gen_params gp = dsp_gen_default_params();
     gp.max_tokens = 40;
     gp.mode = DSP_SPEC_BASELINE;
-    static run_out base, base2, spec, fresh;
+    static run_out base, base2, spec;
     run(e, ids, n, &gp, &base);
     dsp_engine_stats st;
     dsp_engine_get_stats(e, &st);
     CHECK_MSG(st.draft_ms == 0.0, "baseline requests ran the block drafter for %.3f ms", st.draft_ms);
-    memcpy(ids2, ids, sizeof(int32_t) * (size_t)n);
-    memcpy(ids2 + n, base.ev.ids, sizeof(int32_t) * (size_t)base.ev.n);
-    int n2 = n + base.ev.n;
-    n2 += tokenize(" And then?", ids2 + n2, (size_t)(256 - n2));
     /* a DSpark request on the follow-up: nothing cached for it, and its drafts are a fresh engine's */
-    static trace_log ts, tf;
-    memset(&ts, 0, sizeof ts), memset(&tf, 0, sizeof tf);
-    gp.mode = DSP_SPEC_DSPARK;
-    gp.max_draft = 7;
-    gp.trace = log_round, gp.trace_user = &ts;
-    run(e, ids2, n2, &gp, &spec);
+    const int n2 = follow_up(ids, n, &base, ids2, 256);
+    dspark_as_fresh(e, ids2, n2, gp, &spec, "block request after a baseline one");
     CHECK_EQ_INT((int)spec.r.n_cached, 0);
-    gp.trace_user = &tf;
-    run(g_eng[2], ids2, n2, &gp, &fresh);
-    same(&fresh, &spec, "block request after a baseline one");
-    CHECK(ts.n > 0 && ts.n == tf.n && !memcmp(ts.draft, tf.draft, sizeof ts.draft) && !memcmp(ts.conf, tf.conf, sizeof ts.conf));
     /* a baseline request still reuses the baseline's blocks */
-    gp.mode = DSP_SPEC_BASELINE;
-    gp.trace = NULL;
     run(e, ids2, n2, &gp, &base2);
     CHECK(base2.r.n_cached >= 32);
     dsp_engine_destroy(e);
 }
 
 /* Mode auto gives the block drafter up after AUTO_GIVE_UP rounds without choosing it (random
- * weights: it is never worth it once exploration is over): the context step stops, the output is
- * still baseline's, and no block written after that is published for requests that draft */
+ * weights, sampled at temperature 1: once exploration is over it is never worth it): the context
+ * step stops, and no block written after that is published for requests that draft (greedy output
+ * of a random model soon repeats itself, and lookup's long accepted runs leave too few rounds) */
 static void test_auto_gives_up(void) {
     dsp_engine *e = make_engine(g_names[2], 1, true);
     if (!e) return;
@@ -334,33 +333,24 @@ static void test_auto_gives_up(void) {
     dsp_gen_params gp = dsp_gen_default_params();
     gp.max_tokens = 200;
     gp.ignore_eos = true;
-    static run_out base, aut, spec, fresh;
-    run(g_plain, ids, n, &gp, &base);
+    gp.temperature = 1.0f;
+    gp.seed = 7;
     gp.mode = DSP_SPEC_AUTO;
     gp.max_draft = DSP_DRAFT_AUTO;
+    static run_out aut, spec;
     run(e, ids, n, &gp, &aut);
-    same(&base, &aut, "auto that gives the block drafter up");
+    CHECK_EQ_INT((int)aut.r.n_generated, 200);
     dsp_engine_stats st;
     dsp_engine_get_stats(e, &st);
-    CHECK_MSG(st.context_rows + 64 < st.forward_rows, "the context step ran on %llu of %llu rows", (unsigned long long)st.context_rows,
-              (unsigned long long)st.forward_rows);
+    fprintf(stderr, "  auto gave the block drafter up: its context step ran on %llu of %llu rows (%llu block drafts)\n",
+            (unsigned long long)st.context_rows, (unsigned long long)st.forward_rows, (unsigned long long)st.block_drafts);
+    CHECK_MSG(st.context_rows + 64 < st.forward_rows, "the context step ran on %llu of %llu rows (%llu block drafts, %llu drafted, %llu accepted)",
+              (unsigned long long)st.context_rows, (unsigned long long)st.forward_rows, (unsigned long long)st.block_drafts,
+              (unsigned long long)st.drafted, (unsigned long long)st.accepted);
     /* a DSpark follow-up attaches at most the blocks written while the context step still ran */
-    memcpy(ids2, ids, sizeof(int32_t) * (size_t)n);
-    memcpy(ids2 + n, aut.ev.ids, sizeof(int32_t) * (size_t)aut.ev.n);
-    int n2 = n + aut.ev.n;
-    n2 += tokenize(" And then?", ids2 + n2, (size_t)(512 - n2));
-    static trace_log ts, tf;
-    memset(&ts, 0, sizeof ts), memset(&tf, 0, sizeof tf);
-    gp.mode = DSP_SPEC_DSPARK;
-    gp.max_draft = 7;
     gp.max_tokens = 24;
-    gp.trace = log_round, gp.trace_user = &ts;
-    run(e, ids2, n2, &gp, &spec);
+    dspark_as_fresh(e, ids2, follow_up(ids, n, &aut, ids2, 512), gp, &spec, "block request after an auto one that gave up");
     CHECK(spec.r.n_cached <= st.context_rows);
-    gp.trace_user = &tf;
-    run(g_eng[2], ids2, n2, &gp, &fresh);
-    same(&fresh, &spec, "block request after an auto one that gave up");
-    CHECK(ts.n > 0 && ts.n == tf.n && !memcmp(ts.draft, tf.draft, sizeof ts.draft) && !memcmp(ts.conf, tf.conf, sizeof ts.conf));
     dsp_engine_destroy(e);
 }
 

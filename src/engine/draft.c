@@ -6,8 +6,9 @@
  * pay best: pick_source) are drafted together, in one block
  * forward (chunks of max_breqs requests); DSpark's confidence truncation and the max-draft cap or
  * --max-draft auto's choice then decide how many drafts each request verifies. After the target
- * forward, the block drafter's context step writes its K/V for every row of that forward
- * (block.h), so the drafter's cache always covers exactly what the target's does.
+ * forward of a round with a request that may draft with the block drafter (dsp_engine_block_ctx),
+ * its context step writes its K/V for every row of that forward (block.h), so such a request's
+ * drafter cache covers exactly what its target cache does; rounds without one skip the step.
  *
  * --max-draft auto (spec/cost.h): the engine's cost profile is measured on first use (or read from
  * the cache). Before drafting, a request runs the block drafter only if, with its acceptance
@@ -443,16 +444,17 @@ void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool draft
 #define EXPLORE_TRIALS 12.0f
 #define EXPLORE_RUNS 24 /* and at most this many drafter runs in all (confidence may verify none) */
 #define EXPLORE_P 0.7f
-static bool exploring(const dsp_engine *e) { return e->acc_pool[0].t < EXPLORE_TRIALS && e->st.block_drafts < EXPLORE_RUNS; }
 static float block_accept_p(const dsp_engine *e, const dsp_req *r) {
     const float p = dsp_accept_p(&r->acc[0]);
-    return exploring(e) && p < EXPLORE_P ? EXPLORE_P : p;
+    const bool explore = e->acc_pool[0].t < EXPLORE_TRIALS && e->st.block_drafts < EXPLORE_RUNS;
+    return explore && p < EXPLORE_P ? EXPLORE_P : p;
 }
 
 /* Mode auto keeps the block drafter's context step running for a request in every round, chosen
- * or not. When the drafter has not been chosen for AUTO_GIVE_UP decode rounds in a row, outside
- * exploration, the request gives it up for good: it continues as prompt lookup, its rounds skip
- * the context step, and its later blocks are not published to the prefix cache (they lack the
+ * or not. When the drafter has not been chosen for AUTO_GIVE_UP decode rounds in a row (while the
+ * engine explores, its estimate is the optimistic EXPLORE_P, so not being chosen then says even
+ * more), the request gives it up for good: it continues as prompt lookup, its rounds skip the
+ * context step, and its later blocks are not published to the prefix cache (they lack the
  * drafter's K/V that requests under the same key expect). Drafter choice only: lossless. */
 #define AUTO_GIVE_UP 32
 static void give_up_block(dsp_req *r) {
@@ -524,7 +526,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
                 if (bcap > cap) bcap = cap;
                 pick_src ps = pick_source(e, r, k, k > 0 ? dsp_lookup_last_len(r->drafter) : 0, bcap, n_decode);
                 if (ps == PICK_BLOCK) r->no_block_rounds = 0;
-                else if (++r->no_block_rounds >= AUTO_GIVE_UP && !exploring(e)) give_up_block(r);
+                else if (++r->no_block_rounds >= AUTO_GIVE_UP) give_up_block(r);
                 if (ps == PICK_NONE) continue;
                 use = ps == PICK_LOOKUP;
             }
