@@ -321,13 +321,17 @@ static void test_context_only_when_drafting(void) {
     dsp_engine_destroy(e);
 }
 
-/* Mode auto gives the block drafter up after AUTO_GIVE_UP rounds without choosing it (random
- * weights, sampled at temperature 1: once exploration is over it is never worth it): the context
- * step stops, and no block written after that is published for requests that draft (greedy output
- * of a random model soon repeats itself, and lookup's long accepted runs leave too few rounds) */
+/* Mode auto gives the block drafter up after AUTO_GIVE_UP rounds without choosing it: the context
+ * step stops, and no block written after that is published for requests that draft. The choice is
+ * made deterministic as in test_explore (a synthetic cost profile, no calibration, the pool holding
+ * evidence of poor acceptance: the drafter is never chosen); sampled at temperature 1, since the
+ * greedy output of a random model soon repeats itself and lookup's long runs leave too few rounds */
 static void test_auto_gives_up(void) {
     dsp_engine *e = make_engine(g_names[2], 1, true);
     if (!e) return;
+    dsp_test_linear_profile(e, 0.3f, 1e9, 0.2f);
+    e->no_calibration = true;
+    e->acc_pool[0] = (dsp_accept){2.0f, 20.0f}; /* 20 trials, 2 accepted */
     int32_t ids[512], ids2[512];
     int n = tokenize(g_prompts[0], ids, 512);
     dsp_gen_params gp = dsp_gen_default_params();
@@ -344,6 +348,7 @@ static void test_auto_gives_up(void) {
     dsp_engine_get_stats(e, &st);
     fprintf(stderr, "  auto gave the block drafter up: its context step ran on %llu of %llu rows (%llu block drafts)\n",
             (unsigned long long)st.context_rows, (unsigned long long)st.forward_rows, (unsigned long long)st.block_drafts);
+    CHECK_EQ_INT((int)st.block_drafts, 0);
     CHECK_MSG(st.context_rows + 64 < st.forward_rows, "the context step ran on %llu of %llu rows (%llu block drafts, %llu drafted, %llu accepted)",
               (unsigned long long)st.context_rows, (unsigned long long)st.forward_rows, (unsigned long long)st.block_drafts,
               (unsigned long long)st.drafted, (unsigned long long)st.accepted);
