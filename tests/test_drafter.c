@@ -325,12 +325,15 @@ static void test_context_only_when_drafting(void) {
  * step stops, and no block written after that is published for requests that draft. The choice is
  * made deterministic as in test_explore (a synthetic cost profile, no calibration, the pool holding
  * evidence of poor acceptance: the drafter is never chosen); sampled at temperature 1, since the
- * greedy output of a random model soon repeats itself and lookup's long runs leave too few rounds */
+ * greedy output of a random model soon repeats itself and lookup's long runs leave too few rounds.
+ * With that evidence the request would start as lookup (test_auto_admission): admit_block keeps the
+ * drafter at admission, as a request does whose evidence turns poor later */
 static void test_auto_gives_up(void) {
     dsp_engine *e = make_engine(g_names[2], 1, true);
     if (!e) return;
     dsp_test_linear_profile(e, 0.3f, 1e9, 0.2f);
     e->no_calibration = true;
+    e->admit_block = true;
     e->acc_pool[0] = (dsp_accept){2.0f, 20.0f}; /* 20 trials, 2 accepted */
     int32_t ids[512], ids2[512];
     int n = tokenize(g_prompts[0], ids, 512);
@@ -356,6 +359,49 @@ static void test_auto_gives_up(void) {
     gp.max_tokens = 24;
     dspark_as_fresh(e, ids2, follow_up(ids, n, &aut, ids2, 512), gp, &spec, "block request after an auto one that gave up");
     CHECK(spec.r.n_cached <= st.context_rows);
+    dsp_engine_destroy(e);
+}
+
+/* Mode auto decides at admission (draft.c block_may_pay): where the pool's evidence says the block
+ * drafter cannot pay (the synthetic profile of test_explore, 2 of 20 drafts accepted), the request
+ * starts as prompt lookup: no context step at all, output as lossless as ever, and its blocks are a
+ * lookup request's (a lookup follow-up attaches them). With good evidence (18 of 20) the drafter is
+ * kept and its context step runs from the prompt on. */
+static void test_auto_admission(void) {
+    dsp_engine *e = make_engine(g_names[2], 1, true);
+    if (!e) return;
+    dsp_test_linear_profile(e, 0.3f, 1e9, 0.2f);
+    e->no_calibration = true;
+    e->acc_pool[0] = (dsp_accept){2.0f, 20.0f};
+    int32_t ids[256], ids2[256];
+    int n = tokenize(g_prompts[2], ids, 256);
+    dsp_gen_params gp = dsp_gen_default_params();
+    gp.max_tokens = 40;
+    gp.ignore_eos = true;
+    static run_out base, aut, look, good;
+    run(g_plain, ids, n, &gp, &base);
+    dsp_gen_params ap = gp;
+    ap.mode = DSP_SPEC_AUTO;
+    ap.max_draft = DSP_DRAFT_AUTO;
+    run(e, ids, n, &ap, &aut);
+    same(&base, &aut, "auto started as lookup");
+    dsp_engine_stats st;
+    dsp_engine_get_stats(e, &st);
+    CHECK_EQ_INT((int)st.auto_lookup_only, 1);
+    CHECK_MSG(st.context_rows == 0 && st.draft_ms == 0.0, "the context step ran on %llu rows (%.3f ms in the drafter)",
+              (unsigned long long)st.context_rows, st.draft_ms);
+    dsp_gen_params lp = gp;
+    lp.mode = DSP_SPEC_LOOKUP;
+    const int n2 = follow_up(ids, n, &aut, ids2, 256);
+    run(e, ids2, n2, &lp, &look);
+    CHECK(look.r.n_cached >= 32);
+    e->acc_pool[0] = (dsp_accept){18.0f, 20.0f};
+    run(e, ids, n, &ap, &good);
+    same(&base, &good, "auto kept the drafter");
+    dsp_engine_get_stats(e, &st);
+    CHECK_EQ_INT((int)st.auto_lookup_only, 1);
+    CHECK_MSG(st.context_rows >= (uint64_t)n && st.block_drafts > 0, "with good evidence: context step on %llu rows, %llu block drafts",
+              (unsigned long long)st.context_rows, (unsigned long long)st.block_drafts);
     dsp_engine_destroy(e);
 }
 
@@ -761,6 +807,7 @@ int main(void) {
         DSP_RUN(test_prefix_cache);
         DSP_RUN(test_context_only_when_drafting);
         DSP_RUN(test_auto_gives_up);
+        DSP_RUN(test_auto_admission);
         DSP_RUN(test_sampling_exact);
         DSP_RUN(test_draft_vocab_greedy);
         DSP_RUN(test_draft_vocab_sampling);

@@ -109,12 +109,19 @@ dsp_spec_mode dsp_engine_resolve_mode(const dsp_engine *e, dsp_spec_mode m) {
 
 /* ---- per request ---------------------------------------------------------------------------- */
 
+static bool block_may_pay(dsp_engine *e, const dsp_req *r);
+
 dsp_status dsp_engine_draft_setup(dsp_engine *e, dsp_req *r, dsp_drafter *drafter) {
     const dsp_gen_params *p = &r->p;
     r->mode = dsp_engine_resolve_mode(e, p->mode);
     r->pick = p->mode == DSP_SPEC_AUTO && e->bd;
     r->bslot = -1;
     for (int b = 0; b < DSP_ACCEPT_BUCKETS; b++) dsp_accept_init_prior(&r->acc[b], &e->acc_pool[b]);
+    if (r->pick && !block_may_pay(e, r)) {
+        r->pick = false;
+        r->mode = DSP_SPEC_LOOKUP;
+        e->st.auto_lookup_only++;
+    }
     dsp_rng_seed(&r->drng, p->seed ^ 0x5DEECE66DULL);
     bool block = r->mode == DSP_SPEC_DFLASH || r->mode == DSP_SPEC_DSPARK || r->mode == DSP_SPEC_HYBRID;
     if (block && !e->bd)
@@ -479,16 +486,38 @@ static int32_t worth_drafting(dsp_engine *e, dsp_req *r, int32_t cap, float draf
  * nothing? The one with the best expected tokens per unit of time (spec/cost.h dsp_cost_rate),
  * from the acceptance estimates alone (never the drafts themselves): a stopping rule, lossless. */
 typedef enum { PICK_NONE, PICK_LOOKUP, PICK_BLOCK } pick_src;
-static pick_src pick_source(dsp_engine *e, dsp_req *r, int32_t k_lookup, int32_t match_len, int32_t block_cap, int n_decode) {
+static double rate_none(dsp_engine *e, int n_decode) {
+    return dsp_cost_rate(&e->prof, n_decode, host_cost(e), 0, 0) / dsp_engine_cost_scale(e, DSP_ROUND_PLAIN);
+}
+static double rate_block(dsp_engine *e, const dsp_req *r, int32_t block_cap, int n_decode) {
     const dsp_spec_profile *pr = &e->prof;
-    const float host = host_cost(e);
-    double none = dsp_cost_rate(pr, n_decode, host, 0, 0) / dsp_engine_cost_scale(e, DSP_ROUND_PLAIN), look = 0, blk = 0;
+    return dsp_cost_rate(pr, n_decode, host_cost(e) + pr->draft_rel, block_accept_p(e, r), block_cap) / dsp_engine_cost_scale(e, DSP_ROUND_BLOCK);
+}
+static pick_src pick_source(dsp_engine *e, dsp_req *r, int32_t k_lookup, int32_t match_len, int32_t block_cap, int n_decode) {
+    double none = rate_none(e, n_decode), look = 0, blk = 0;
     if (k_lookup > 0)
-        look = dsp_cost_rate(pr, n_decode, host, dsp_accept_p(&r->acc[dsp_accept_bucket(match_len)]), k_lookup) / dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
-    if (block_cap > 0)
-        blk = dsp_cost_rate(pr, n_decode, host + pr->draft_rel, block_accept_p(e, r), block_cap) / dsp_engine_cost_scale(e, DSP_ROUND_BLOCK);
+        look = dsp_cost_rate(&e->prof, n_decode, host_cost(e), dsp_accept_p(&r->acc[dsp_accept_bucket(match_len)]), k_lookup) /
+               dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
+    if (block_cap > 0) blk = rate_block(e, r, block_cap, n_decode);
     if (blk > (1.0 + DSP_COST_MARGIN) * none && blk > look) return PICK_BLOCK;
     return look > none ? PICK_LOOKUP : PICK_NONE;
+}
+
+/* Mode auto, at admission: could pick_source choose the block drafter at all? Not before the
+ * request drafts: its estimate is the pool's (exploration included) and changes only in rounds
+ * that run the drafter, so where the drafter does not beat drafting nothing now, it would not be
+ * chosen for AUTO_GIVE_UP rounds, during which the context step (over the whole prompt first)
+ * runs for nothing: on a 2-vCPU Xeon, where the drafter loses, that put auto 0-7% below lookup.
+ * Such a request starts as prompt lookup, its prompt and blocks are those of any lookup request.
+ * Needs the cost profile (measured here if not yet: a round would measure it next). */
+static bool block_may_pay(dsp_engine *e, const dsp_req *r) {
+    if (e->admit_block || dsp_engine_profile(e, NULL) != DSP_OK) return true;
+    int n_decode = 1;
+    for (int i = 0; i < e->n_running; i++) n_decode += e->running[i]->state == DSP_REQ_DECODE;
+    int32_t cap = dsp_block_n_draft(e->bdi, e->bdi->block);
+    if (r->p.max_tokens - 1 < cap) cap = r->p.max_tokens - 1;
+    if (r->p.max_draft != DSP_DRAFT_AUTO && r->p.max_draft < cap) cap = r->p.max_draft;
+    return cap > 0 && rate_block(e, r, cap, n_decode) > (1.0 + DSP_COST_MARGIN) * rate_none(e, n_decode);
 }
 
 dsp_status dsp_engine_draft_round(dsp_engine *e) {

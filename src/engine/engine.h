@@ -150,6 +150,7 @@ struct dsp_engine {
     double cal_act[DSP_ROUND_KINDS], cal_pred[DSP_ROUND_KINDS];
     double cal_act_all, cal_pred_all; /* the same over every decode-only round */
     bool no_calibration;         /* (tests with a synthetic profile) the profile as is */
+    bool admit_block;            /* (tests) mode auto keeps the block drafter at admission, whatever it costs */
     /* the round's events */
     dsp_event *ev;
     size_t n_ev, ev_cap;
