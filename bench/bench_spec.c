@@ -99,7 +99,8 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 typedef struct cfg_result {
     double tps, speedup_median, speedup_aggregate, speedup_cpu, mean_accept_len, accept_rate;
     size_t tokens, rounds, drafted, accepted;
-    size_t runs, block_drafts, lookup_only; /* timed runs; the block drafter's drafts; auto runs started as lookup alone */
+    size_t runs, block_drafts, lookup_only, gave_up; /* timed runs; the block drafter's drafts; auto runs started as lookup
+                                                      * alone, or that gave the block drafter up */
     double ms, cpu_s;
 } cfg_result;
 
@@ -306,6 +307,7 @@ int main(int argc, char **argv) {
                         st[k][r] = tps, cr->ms += gr.decode_ms, cr->tokens += gr.n_generated, cr->cpu_s += dcpu;
                         cr->rounds += gr.n_rounds, cr->drafted += gr.n_drafted, cr->accepted += gr.n_accepted;
                         cr->runs++, cr->block_drafts += s1.block_drafts - s0.block_drafts, cr->lookup_only += s1.auto_lookup_only - s0.auto_lookup_only;
+                        cr->gave_up += s1.auto_gave_up - s0.auto_gave_up;
                         if (cb_.n != cs_.n || memcmp(cb_.ids, cs_.ids, sizeof(int32_t) * (size_t)cb_.n)) {
                             fprintf(stderr, "bench_spec: %s: speculative output differs from baseline!\n", path);
                             sr->mismatches++;
@@ -360,10 +362,10 @@ int main(int argc, char **argv) {
                 char nm[16];
                 draft_name(md[k], nm, sizeof nm);
                 printf("%s{\"mode\": \"%s\", \"runs_as\": \"%s\", \"max_draft\": \"%s\", \"tok_per_s\": %.3f, \"speedup_median\": %.3f, \"speedup_aggregate\": %.3f, \"speedup_cpu\": %.3f, "
-                       "\"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f, \"runs\": %zu, \"block_drafts\": %zu, \"runs_started_as_lookup\": %zu}",
+                       "\"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f, \"runs\": %zu, \"block_drafts\": %zu, \"runs_started_as_lookup\": %zu, \"runs_gave_up\": %zu}",
                        k ? ", " : "", dsp_spec_mode_to_string(mo[k]), dsp_spec_mode_to_string(dsp_engine_resolve_mode(c, mo[k])), nm, cr->tps,
                        cr->speedup_median, cr->speedup_aggregate, cr->speedup_cpu, cr->mean_accept_len, cr->accept_rate, cr->runs, cr->block_drafts,
-                       cr->lookup_only);
+                       cr->lookup_only, cr->gave_up);
             }
             printf("]}");
         }
@@ -377,9 +379,9 @@ int main(int argc, char **argv) {
                 char cn[48];
                 cfg_name(mo[k], md[k], cn, sizeof cn);
                 printf("   %-14s: %.2f tok/s, speedup median %.2fx, aggregate %.2fx, in CPU time %.2fx; mean accepted length %.2f, draft "
-                       "acceptance %.2f; block drafts %zu; %zu of %zu runs started as lookup\n",
+                       "acceptance %.2f; block drafts %zu; of %zu runs %zu started as lookup, %zu gave the drafter up\n",
                        cn, cr->tps, cr->speedup_median, cr->speedup_aggregate, cr->speedup_cpu, cr->mean_accept_len, cr->accept_rate, cr->block_drafts,
-                       cr->lookup_only, cr->runs);
+                       cr->runs, cr->lookup_only, cr->gave_up);
             }
         }
         printf("--max-draft auto's calibration (measured / profiled round time): plain %.3f, lookup %.3f, block drafter %.3f\n", est.cost_scale[0],

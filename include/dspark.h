@@ -434,6 +434,7 @@ typedef struct dsp_engine_stats {
     uint64_t context_rows;      /* rows of the block drafter's context steps */
     uint64_t auto_lookup_only;  /* mode auto requests started as prompt lookup alone: at admission the
                                  * block drafter was not expected to pay */
+    uint64_t auto_gave_up;      /* mode auto requests that gave the block drafter up while decoding */
     uint64_t forward_rows;      /* rows of every round's target forward */
     double forward_ms;          /* time in the rounds' target forwards (with the drafter's context step) */
     double host_ms;             /* the rounds' time outside the forward: drafting, layout, verification,

@@ -464,7 +464,8 @@ static float block_accept_p(const dsp_engine *e, const dsp_req *r) {
  * context step, and its later blocks are not published to the prefix cache (they lack the
  * drafter's K/V that requests under the same key expect). Drafter choice only: lossless. */
 #define AUTO_GIVE_UP 32
-static void give_up_block(dsp_req *r) {
+static void give_up_block(dsp_engine *e, dsp_req *r) {
+    e->st.auto_gave_up++;
     r->pick = r->block = false;
     r->mode = DSP_SPEC_LOOKUP;
     r->ctx_dropped = true;
@@ -555,7 +556,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
                 if (bcap > cap) bcap = cap;
                 pick_src ps = pick_source(e, r, k, k > 0 ? dsp_lookup_last_len(r->drafter) : 0, bcap, n_decode);
                 if (ps == PICK_BLOCK) r->no_block_rounds = 0;
-                else if (++r->no_block_rounds >= AUTO_GIVE_UP) give_up_block(r);
+                else if (++r->no_block_rounds >= AUTO_GIVE_UP) give_up_block(e, r);
                 if (ps == PICK_NONE) continue;
                 use = ps == PICK_LOOKUP;
             }
