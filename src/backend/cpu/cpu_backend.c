@@ -78,6 +78,7 @@ typedef struct cpu_backend {
     const dsp_buf *cs_freq;  /* the rope the table was built for (NULL: none yet this forward) */
     float cs_scale, cs_factor;
     const dsp_be_batch *b;   /* the current forward's batch */
+    size_t att_reread;       /* ATT_REREAD_BYTES, or DSP_CPU_ATT_REREAD_BYTES (tests: 0 takes the group path always) */
 } cpu_backend;
 
 /* rows of one sequence that an attention task serves together (at most; cpu_attention halves it
@@ -96,6 +97,8 @@ typedef struct cpu_backend {
  * row's loads and stores in axpys, the call itself) over more keys. Chunking never changes a bit. */
 #define ATT_FEW_ROWS 4
 #define ATT_KEYS_FEW 32
+/* a head's K bytes from which decode tasks serve a whole query group (cpu_attention) */
+#define ATT_REREAD_BYTES (192u << 10)
 
 static cpu_backend *cpu(dsp_backend *be) { return (cpu_backend *)be; }
 
@@ -623,7 +626,11 @@ static void cpu_attention(dsp_backend *be, dsp_buf *out, const dsp_buf *q, const
     cpu_backend *c = cpu(be);
     const dsp_be_batch *b = c->b;
     DSP_ASSERT(n_head / n_head_kv <= c->lim.max_group && n_head_kv * head_dim == kv->kv_dim);
-    for (int i = 0; i < b->n_tokens; i++) DSP_ASSERT(b->n_keys[i] >= 1 && (uint32_t)b->n_keys[i] <= c->lim.max_keys);
+    uint32_t max_keys = 0;
+    for (int i = 0; i < b->n_tokens; i++) {
+        DSP_ASSERT(b->n_keys[i] >= 1 && (uint32_t)b->n_keys[i] <= c->lim.max_keys);
+        if ((uint32_t)b->n_keys[i] > max_keys) max_keys = (uint32_t)b->n_keys[i];
+    }
     int n_blk = 0;
     for (int bt = ATT_TOKENS; bt >= ATT_TOKENS_MIN; bt /= 2) {
         n_blk = 0;
@@ -633,8 +640,13 @@ static void cpu_attention(dsp_backend *be, dsp_buf *out, const dsp_buf *q, const
     }
     c->att_blk[n_blk] = b->n_tokens;
     /* still under two tasks per thread (decode, a short verify block): one task per query head of a
-     * group instead (each re-reads the group's keys, from L1/L2 at these sizes) */
-    const int heads = n_blk * n_head_kv < 2 * c->n_threads ? 1 : n_head / n_head_kv;
+     * group instead (each re-reads the group's keys, from L1/L2 at these sizes), unless a head's keys
+     * are too many to re-read: then the group's heads share one pass, fewer tasks as they are.
+     * Default model (3 KV heads, groups of 3), one sequence decoding, 2 threads on the 2-vCPU Xeon,
+     * f32 K/V: 1,800 keys 90 -> 105 tok/s, 1,024 keys 138 -> 148-153, 512 and 128 keys alike
+     * (ATT_REREAD_BYTES: 768 f32 keys of 64). The grouping never changes a row's bits. */
+    const size_t head_bytes = (size_t)max_keys * (size_t)head_dim * kv->esz;
+    const int heads = n_blk * n_head_kv < 2 * c->n_threads && head_bytes < c->att_reread ? 1 : n_head / n_head_kv;
     att_job j = {c, out->data, q->data, kv, layer, n_head, n_head_kv, head_dim, scale, heads};
     dsp_pool_run(c->pool, n_blk * (n_head / heads), att_task, &j);
 }
@@ -727,6 +739,8 @@ dsp_status dsp_backend_cpu_create(const dsp_backend_params *p, dsp_backend **out
     }
     c->kv_kind = kvt == DSP_F16 ? 1 : kvt == DSP_BF16 ? 2 : 0;
     c->reserve = p && p->reserve;
+    const char *rr = getenv("DSP_CPU_ATT_REREAD_BYTES");
+    c->att_reread = rr ? (size_t)strtoull(rr, NULL, 10) : ATT_REREAD_BYTES;
     int nt = p && p->n_threads > 0 ? p->n_threads : dsp_physical_cores();
     dsp_status st = dsp_pool_create(nt, &c->pool);
     if (st) {
