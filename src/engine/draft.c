@@ -508,8 +508,9 @@ static pick_src pick_source(dsp_engine *e, dsp_req *r, int32_t k_lookup, int32_t
  * request drafts: its estimate is the pool's (exploration included) and changes only in rounds
  * that run the drafter, so where the drafter does not beat drafting nothing now, it would not be
  * chosen for AUTO_GIVE_UP rounds, during which the context step (over the whole prompt first)
- * runs for nothing: on a 2-vCPU Xeon, where the drafter loses, that put auto 0-7% below lookup.
- * Such a request starts as prompt lookup, its prompt and blocks are those of any lookup request.
+ * runs for nothing. Such a request starts as prompt lookup, its prompt and blocks are those of any
+ * lookup request. (On the 2-vCPU Xeon the gain was within noise: the pooled evidence there keeps
+ * the drafter in most requests, and auto stays 2-4% below lookup on held-out code.)
  * Needs the cost profile (measured here if not yet: a round would measure it next). */
 static bool block_may_pay(dsp_engine *e, const dsp_req *r) {
     if (e->admit_block || dsp_engine_profile(e, NULL) != DSP_OK) return true;
