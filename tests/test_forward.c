@@ -143,10 +143,11 @@ static void test_thread_counts(void) {
     free(ref), free(ref11);
 }
 
-/* Decode attention serves a query group's heads in one task once a head's keys are many
- * (cpu_backend.c ATT_REREAD_BYTES), one task per head below. DSP_CPU_ATT_REREAD_BYTES=0 takes the
- * group path at every length: one token at a time (decode rows), the logits are bit for bit the
- * default's (on a model of under 4 KV heads the default runs such rows per head on 2 threads). */
+/* Decode attention serves a query group's heads together once a head's keys are many
+ * (cpu_backend.c ATT_REREAD_BYTES): lone decode rows in three passes split over keys and elements
+ * (att_split), others a task per group; one task per head below. DSP_CPU_ATT_REREAD_BYTES=0 takes
+ * those paths at every length: one token at a time (decode rows: att_split on a model of under 4 KV
+ * heads, on 2 threads), and next to another sequence, the logits are bit for bit the default's. */
 static void test_att_group(void) {
     int32_t p[N_LONG];
     long_prompt(p);
@@ -159,7 +160,7 @@ static void test_att_group(void) {
     unsetenv("DSP_CPU_ATT_REREAD_BYTES");
     if (f) {
         float *a = logits_of(f, p, N_LONG, 1, NULL, 0), *b = logits_of(f, p, N_LONG, 1, g_other, 7);
-        CHECK_MSG(memcmp(ref, a, sizeof(float) * (size_t)g_V * N_LONG) == 0, "decode rows, the group path: logits differ");
+        CHECK_MSG(memcmp(ref, a, sizeof(float) * (size_t)g_V * N_LONG) == 0, "decode rows, att_split: logits differ");
         CHECK_MSG(memcmp(ref, b, sizeof(float) * (size_t)g_V * N_LONG) == 0, "decode rows next to another sequence, the group path: logits differ");
         free(a), free(b);
         dsp_fwd_destroy(f);

@@ -621,6 +621,76 @@ static void att_task(void *ctx, int task, int thread) {
     }
 }
 
+/* Decode rows (one row per sequence) of long contexts when the KV heads make fewer tasks than two
+ * per thread (one sequence of the default model: 3 KV heads on 2 threads, one thread idle a
+ * quarter of the attention): three passes, each split finer than a task per head group. The scores
+ * over slices of the keys (a group's heads together), the softmax per row and head, the values
+ * over slices of the head's elements (a group's heads together). Each score, softmax and output
+ * element comes from the same calls on the same data in the same order as in att_task, so the
+ * bits are the same. The scores live in the threads' shared scratch, row by head by key. */
+typedef struct att_split {
+    att_job *j;
+    int n_ks, n_ds; /* key slices, element slices (of ATT_SPLIT_COLS) */
+} att_split;
+#define ATT_SPLIT_COLS 32
+
+static void att_split_scores(void *ctx, int task, int thread) {
+    (void)thread;
+    const att_split *x = ctx;
+    const att_job *j = x->j;
+    const cpu_backend *c = j->c;
+    const dsp_be_batch *b = c->b;
+    const dsp_kv_store *kv = j->kv;
+    const int grp = j->n_head / j->n_head_kv, hd = j->head_dim, per_row = j->n_head_kv * x->n_ks;
+    const int i = task / per_row, kvh = task % per_row / x->n_ks, ks = task % x->n_ks;
+    const uint32_t nk = (uint32_t)b->n_keys[i], stride = c->lim.max_keys;
+    const uint32_t k0 = (uint32_t)((uint64_t)nk * ks / x->n_ks), k1 = (uint32_t)((uint64_t)nk * (ks + 1) / x->n_ks);
+    const dsp_kv_seq *s = b->seqs[b->seq[i]];
+    const float *q = j->q + (size_t)i * j->n_head * hd + (size_t)kvh * grp * hd;
+    float *sc = c->scores + ((size_t)i * j->n_head + (size_t)kvh * grp) * stride;
+    const void *row[ATT_KEYS_FEW];
+    for (uint32_t t0 = k0; t0 < k1; t0 += ATT_KEYS_FEW) {
+        const uint32_t nt = att_chunk(kv->k, kv, s, j->layer, t0, k1, ATT_KEYS_FEW, (size_t)kvh * hd, row);
+        for (int g = 0; g < grp; g++) {
+            if (kv->kind) c->ops->dots16(q + (size_t)g * hd, (const uint16_t *const *)row, (int)nt, hd, j->scale, sc + (size_t)g * stride + t0, kv->kind == 2);
+            else c->ops->dots(q + (size_t)g * hd, (const float *const *)row, (int)nt, hd, j->scale, sc + (size_t)g * stride + t0);
+        }
+    }
+}
+
+static void att_split_softmax(void *ctx, int task, int thread) {
+    (void)thread;
+    const att_split *x = ctx;
+    const cpu_backend *c = x->j->c;
+    const int i = task / x->j->n_head;
+    c->ops->softmax(c->scores + (size_t)task * c->lim.max_keys, (uint32_t)c->b->n_keys[i]);
+}
+
+static void att_split_values(void *ctx, int task, int thread) {
+    (void)thread;
+    const att_split *x = ctx;
+    const att_job *j = x->j;
+    const cpu_backend *c = j->c;
+    const dsp_be_batch *b = c->b;
+    const dsp_kv_store *kv = j->kv;
+    const int grp = j->n_head / j->n_head_kv, hd = j->head_dim, per_row = j->n_head_kv * x->n_ds;
+    const int i = task / per_row, kvh = task % per_row / x->n_ds, ds = task % x->n_ds;
+    const int d0 = ds * ATT_SPLIT_COLS, dn = hd - d0 < ATT_SPLIT_COLS ? hd - d0 : ATT_SPLIT_COLS;
+    const uint32_t nk = (uint32_t)b->n_keys[i], stride = c->lim.max_keys;
+    const dsp_kv_seq *s = b->seqs[b->seq[i]];
+    float *o = j->out + (size_t)i * j->n_head * hd + (size_t)kvh * grp * hd + d0;
+    const float *sc = c->scores + ((size_t)i * j->n_head + (size_t)kvh * grp) * stride;
+    for (int g = 0; g < grp; g++) memset(o + (size_t)g * hd, 0, (size_t)dn * sizeof(float));
+    const void *row[ATT_KEYS_FEW];
+    for (uint32_t t0 = 0; t0 < nk; t0 += ATT_KEYS_FEW) {
+        const uint32_t nt = att_chunk(kv->v, kv, s, j->layer, t0, nk, ATT_KEYS_FEW, (size_t)kvh * hd + d0, row);
+        for (int g = 0; g < grp; g++) {
+            if (kv->kind) c->ops->axpys16(o + (size_t)g * hd, sc + (size_t)g * stride + t0, (const uint16_t *const *)row, (int)nt, dn, kv->kind == 2);
+            else c->ops->axpys(o + (size_t)g * hd, sc + (size_t)g * stride + t0, (const float *const *)row, (int)nt, dn);
+        }
+    }
+}
+
 static void cpu_attention(dsp_backend *be, dsp_buf *out, const dsp_buf *q, const dsp_kv_store *kv, int layer, int n_head, int n_head_kv,
                           int head_dim, float scale) {
     cpu_backend *c = cpu(be);
@@ -641,13 +711,24 @@ static void cpu_attention(dsp_backend *be, dsp_buf *out, const dsp_buf *q, const
     c->att_blk[n_blk] = b->n_tokens;
     /* still under two tasks per thread (decode, a short verify block): one task per query head of a
      * group instead (each re-reads the group's keys, from L1/L2 at these sizes), unless a head's keys
-     * are too many to re-read: then the group's heads share one pass, fewer tasks as they are.
-     * Default model (3 KV heads, groups of 3), one sequence decoding, 2 threads on the 2-vCPU Xeon,
-     * f32 K/V: 1,800 keys 90 -> 105 tok/s, 1,024 keys 138 -> 148-153, 512 and 128 keys alike
-     * (ATT_REREAD_BYTES: 768 f32 keys of 64). The grouping never changes a row's bits. */
+     * are too many to re-read: then the group's heads share one pass, and decode rows take the
+     * three finer passes of att_split. Default model (3 KV heads, groups of 3), one sequence
+     * decoding, 2 threads on the 2-vCPU Xeon, f32 K/V: one pass per group took 1,800 keys from 90 to
+     * 105 tok/s and 1,024 keys from 138 to 148-153, 512 and 128 keys alike (ATT_REREAD_BYTES: 768
+     * f32 keys of 64); att_split then 2,329 keys 80-84 -> 91-94 (below the threshold it was no
+     * faster). Neither changes a row's bits. */
     const size_t head_bytes = (size_t)max_keys * (size_t)head_dim * kv->esz;
-    const int heads = n_blk * n_head_kv < 2 * c->n_threads && head_bytes < c->att_reread ? 1 : n_head / n_head_kv;
+    const bool few = n_blk * n_head_kv < 2 * c->n_threads;
+    const int heads = few && head_bytes < c->att_reread ? 1 : n_head / n_head_kv;
     att_job j = {c, out->data, q->data, kv, layer, n_head, n_head_kv, head_dim, scale, heads};
+    if (few && heads > 1 && n_blk == b->n_tokens &&
+        (size_t)b->n_tokens * (size_t)n_head <= (size_t)c->n_threads * ATT_TOKENS * c->lim.max_group) { /* decode rows: att_split */
+        att_split x = {&j, (2 * c->n_threads + b->n_tokens * n_head_kv - 1) / (b->n_tokens * n_head_kv), (head_dim + ATT_SPLIT_COLS - 1) / ATT_SPLIT_COLS};
+        dsp_pool_run(c->pool, b->n_tokens * n_head_kv * x.n_ks, att_split_scores, &x);
+        dsp_pool_run(c->pool, b->n_tokens * n_head, att_split_softmax, &x);
+        dsp_pool_run(c->pool, b->n_tokens * n_head_kv * x.n_ds, att_split_values, &x);
+        return;
+    }
     dsp_pool_run(c->pool, n_blk * (n_head / heads), att_task, &j);
 }
 
