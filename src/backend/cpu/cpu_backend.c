@@ -634,26 +634,41 @@ typedef struct att_split {
 } att_split;
 #define ATT_SPLIT_COLS 32
 
+/* what a task of a split pass works on: row i, KV head kvh (its group's heads from query head
+ * kvh * grp), slice `slice` of n_slices */
+typedef struct att_split_at {
+    const att_job *j;
+    const dsp_kv_store *kv;
+    const dsp_kv_seq *s;
+    int grp, hd, i, kvh, slice;
+    uint32_t nk, stride; /* the row's keys; the scores' row stride */
+    float *sc;           /* the group's first head's scores */
+} att_split_at;
+static att_split_at att_split_task(const att_split *x, int task, int n_slices) {
+    const att_job *j = x->j;
+    const dsp_be_batch *b = j->c->b;
+    att_split_at a = {j, j->kv, NULL, j->n_head / j->n_head_kv, j->head_dim, task / (j->n_head_kv * n_slices),
+                      task % (j->n_head_kv * n_slices) / n_slices, task % n_slices, 0, j->c->lim.max_keys, NULL};
+    a.s = b->seqs[b->seq[a.i]];
+    a.nk = (uint32_t)b->n_keys[a.i];
+    a.sc = j->c->scores + ((size_t)a.i * j->n_head + (size_t)a.kvh * a.grp) * a.stride;
+    return a;
+}
+
 static void att_split_scores(void *ctx, int task, int thread) {
     (void)thread;
     const att_split *x = ctx;
-    const att_job *j = x->j;
-    const cpu_backend *c = j->c;
-    const dsp_be_batch *b = c->b;
-    const dsp_kv_store *kv = j->kv;
-    const int grp = j->n_head / j->n_head_kv, hd = j->head_dim, per_row = j->n_head_kv * x->n_ks;
-    const int i = task / per_row, kvh = task % per_row / x->n_ks, ks = task % x->n_ks;
-    const uint32_t nk = (uint32_t)b->n_keys[i], stride = c->lim.max_keys;
-    const uint32_t k0 = (uint32_t)((uint64_t)nk * ks / x->n_ks), k1 = (uint32_t)((uint64_t)nk * (ks + 1) / x->n_ks);
-    const dsp_kv_seq *s = b->seqs[b->seq[i]];
-    const float *q = j->q + (size_t)i * j->n_head * hd + (size_t)kvh * grp * hd;
-    float *sc = c->scores + ((size_t)i * j->n_head + (size_t)kvh * grp) * stride;
+    const att_split_at a = att_split_task(x, task, x->n_ks);
+    const dsp_cpu_ops *ops = a.j->c->ops;
+    const uint32_t k0 = (uint32_t)((uint64_t)a.nk * a.slice / x->n_ks), k1 = (uint32_t)((uint64_t)a.nk * (a.slice + 1) / x->n_ks);
+    const float *q = a.j->q + (size_t)a.i * a.j->n_head * a.hd + (size_t)a.kvh * a.grp * a.hd;
     const void *row[ATT_KEYS_FEW];
     for (uint32_t t0 = k0; t0 < k1; t0 += ATT_KEYS_FEW) {
-        const uint32_t nt = att_chunk(kv->k, kv, s, j->layer, t0, k1, ATT_KEYS_FEW, (size_t)kvh * hd, row);
-        for (int g = 0; g < grp; g++) {
-            if (kv->kind) c->ops->dots16(q + (size_t)g * hd, (const uint16_t *const *)row, (int)nt, hd, j->scale, sc + (size_t)g * stride + t0, kv->kind == 2);
-            else c->ops->dots(q + (size_t)g * hd, (const float *const *)row, (int)nt, hd, j->scale, sc + (size_t)g * stride + t0);
+        const uint32_t nt = att_chunk(a.kv->k, a.kv, a.s, a.j->layer, t0, k1, ATT_KEYS_FEW, (size_t)a.kvh * a.hd, row);
+        for (int g = 0; g < a.grp; g++) {
+            float *sc = a.sc + (size_t)g * a.stride + t0;
+            if (a.kv->kind) ops->dots16(q + (size_t)g * a.hd, (const uint16_t *const *)row, (int)nt, a.hd, a.j->scale, sc, a.kv->kind == 2);
+            else ops->dots(q + (size_t)g * a.hd, (const float *const *)row, (int)nt, a.hd, a.j->scale, sc);
         }
     }
 }
@@ -669,24 +684,18 @@ static void att_split_softmax(void *ctx, int task, int thread) {
 static void att_split_values(void *ctx, int task, int thread) {
     (void)thread;
     const att_split *x = ctx;
-    const att_job *j = x->j;
-    const cpu_backend *c = j->c;
-    const dsp_be_batch *b = c->b;
-    const dsp_kv_store *kv = j->kv;
-    const int grp = j->n_head / j->n_head_kv, hd = j->head_dim, per_row = j->n_head_kv * x->n_ds;
-    const int i = task / per_row, kvh = task % per_row / x->n_ds, ds = task % x->n_ds;
-    const int d0 = ds * ATT_SPLIT_COLS, dn = hd - d0 < ATT_SPLIT_COLS ? hd - d0 : ATT_SPLIT_COLS;
-    const uint32_t nk = (uint32_t)b->n_keys[i], stride = c->lim.max_keys;
-    const dsp_kv_seq *s = b->seqs[b->seq[i]];
-    float *o = j->out + (size_t)i * j->n_head * hd + (size_t)kvh * grp * hd + d0;
-    const float *sc = c->scores + ((size_t)i * j->n_head + (size_t)kvh * grp) * stride;
-    for (int g = 0; g < grp; g++) memset(o + (size_t)g * hd, 0, (size_t)dn * sizeof(float));
+    const att_split_at a = att_split_task(x, task, x->n_ds);
+    const dsp_cpu_ops *ops = a.j->c->ops;
+    const int d0 = a.slice * ATT_SPLIT_COLS, dn = a.hd - d0 < ATT_SPLIT_COLS ? a.hd - d0 : ATT_SPLIT_COLS;
+    float *o = a.j->out + (size_t)a.i * a.j->n_head * a.hd + (size_t)a.kvh * a.grp * a.hd + d0;
+    for (int g = 0; g < a.grp; g++) memset(o + (size_t)g * a.hd, 0, (size_t)dn * sizeof(float));
     const void *row[ATT_KEYS_FEW];
-    for (uint32_t t0 = 0; t0 < nk; t0 += ATT_KEYS_FEW) {
-        const uint32_t nt = att_chunk(kv->v, kv, s, j->layer, t0, nk, ATT_KEYS_FEW, (size_t)kvh * hd + d0, row);
-        for (int g = 0; g < grp; g++) {
-            if (kv->kind) c->ops->axpys16(o + (size_t)g * hd, sc + (size_t)g * stride + t0, (const uint16_t *const *)row, (int)nt, dn, kv->kind == 2);
-            else c->ops->axpys(o + (size_t)g * hd, sc + (size_t)g * stride + t0, (const float *const *)row, (int)nt, dn);
+    for (uint32_t t0 = 0; t0 < a.nk; t0 += ATT_KEYS_FEW) {
+        const uint32_t nt = att_chunk(a.kv->v, a.kv, a.s, a.j->layer, t0, a.nk, ATT_KEYS_FEW, (size_t)a.kvh * a.hd + d0, row);
+        for (int g = 0; g < a.grp; g++) {
+            const float *p = a.sc + (size_t)g * a.stride + t0;
+            if (a.kv->kind) ops->axpys16(o + (size_t)g * a.hd, p, (const uint16_t *const *)row, (int)nt, dn, a.kv->kind == 2);
+            else ops->axpys(o + (size_t)g * a.hd, p, (const float *const *)row, (int)nt, dn);
         }
     }
 }
