@@ -328,13 +328,21 @@ static void test_context_only_when_drafting(void) {
  * greedy output of a random model soon repeats itself and lookup's long runs leave too few rounds.
  * With that evidence the request would start as lookup (test_auto_admission): admit_block keeps the
  * drafter at admission, as a request does whose evidence turns poor later */
-static void test_auto_gives_up(void) {
+/* an engine whose mode-auto choices are deterministic: test_explore's synthetic cost profile, no
+ * calibration, and the pool holding evidence of poor acceptance (20 trials, 2 accepted) */
+static dsp_engine *poor_evidence_engine(void) {
     dsp_engine *e = make_engine(g_names[2], 1, true);
-    if (!e) return;
+    if (!e) return NULL;
     dsp_test_linear_profile(e, 0.3f, 1e9, 0.2f);
     e->no_calibration = true;
+    e->acc_pool[0] = (dsp_accept){2.0f, 20.0f};
+    return e;
+}
+
+static void test_auto_gives_up(void) {
+    dsp_engine *e = poor_evidence_engine();
+    if (!e) return;
     e->admit_block = true;
-    e->acc_pool[0] = (dsp_accept){2.0f, 20.0f}; /* 20 trials, 2 accepted */
     int32_t ids[512], ids2[512];
     int n = tokenize(g_prompts[0], ids, 512);
     dsp_gen_params gp = dsp_gen_default_params();
@@ -368,11 +376,8 @@ static void test_auto_gives_up(void) {
  * lookup request's (a lookup follow-up attaches them). With good evidence (18 of 20) the drafter is
  * kept and its context step runs from the prompt on. */
 static void test_auto_admission(void) {
-    dsp_engine *e = make_engine(g_names[2], 1, true);
+    dsp_engine *e = poor_evidence_engine();
     if (!e) return;
-    dsp_test_linear_profile(e, 0.3f, 1e9, 0.2f);
-    e->no_calibration = true;
-    e->acc_pool[0] = (dsp_accept){2.0f, 20.0f};
     int32_t ids[256], ids2[256];
     int n = tokenize(g_prompts[2], ids, 256);
     dsp_gen_params gp = dsp_gen_default_params();

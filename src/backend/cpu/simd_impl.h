@@ -722,21 +722,28 @@ AI vf dots_l4(vf m, vf v) { /* chunk c: [m_c 2 lanes, m'_c 2], [v_c, v'_c] -> [m
 }
 #endif
 
+/* the lanes of DOTS_KEYS keys' dots (rows[0 ..]), n % 32 == 0: per key and lane one FMA chain in
+ * 32-float steps, k_dot's */
+AI void dots_acc(const float *q, const void *const *rows, int64_t n, const int kind, vf acc[DOTS_KEYS][NG]) {
+    for (int k = 0; k < DOTS_KEYS; k++)
+        for (int g = 0; g < NG; g++) acc[k][g] = vzero();
+    for (int64_t s = 0; s < n / 32; s++)
+        for (int g = 0; g < NG; g++) {
+            const vf qv = vload(q + 32 * s + VW * g);
+            for (int k = 0; k < DOTS_KEYS; k++) acc[k][g] = vfma(qv, kv_load(rows[k], 32 * s + VW * g, kind), acc[k][g]);
+        }
+}
+
 AI void dots_impl(const float *q, const void *const *rows, int nt, int64_t n, float scale, float *out, const int kind) {
     int t = 0;
+    vf acc[DOTS_KEYS][NG];
 #if VW == 16
     if (n % 32 == 0)
         for (; t + 16 <= nt; t += 16) {
             vf r[4];
-            for (int sg = 0; sg < 4; sg++) { /* keys t + 4 sg .. + 3, as the DOTS_KEYS loop below */
-                vf acc[4][NG];
-                for (int k = 0; k < 4; k++)
-                    for (int g = 0; g < NG; g++) acc[k][g] = vzero();
-                for (int64_t s = 0; s < n / 32; s++)
-                    for (int g = 0; g < NG; g++) {
-                        const vf qv = vload(q + 32 * s + VW * g);
-                        for (int k = 0; k < 4; k++) acc[k][g] = vfma(qv, kv_load(rows[t + 4 * sg + k], 32 * s + VW * g, kind), acc[k][g]);
-                    }
+            _Static_assert(DOTS_KEYS == 4, "four groups of DOTS_KEYS keys");
+            for (int sg = 0; sg < 4; sg++) { /* keys t + 4 sg .. + 3 */
+                dots_acc(q, rows + t + 4 * sg, n, kind, acc);
                 /* to8's first add (the two 16-lane halves of the 32-lane step), then two tree levels */
                 r[sg] = dots_l2(dots_l1(_mm512_add_ps(acc[0][0], acc[0][1]), _mm512_add_ps(acc[1][0], acc[1][1])),
                                 dots_l1(_mm512_add_ps(acc[2][0], acc[2][1]), _mm512_add_ps(acc[3][0], acc[3][1])));
@@ -749,14 +756,7 @@ AI void dots_impl(const float *q, const void *const *rows, int nt, int64_t n, fl
 #endif
     if (n % 32 == 0)
         for (; t + DOTS_KEYS <= nt; t += DOTS_KEYS) {
-            vf acc[DOTS_KEYS][NG];
-            for (int k = 0; k < DOTS_KEYS; k++)
-                for (int g = 0; g < NG; g++) acc[k][g] = vzero();
-            for (int64_t s = 0; s < n / 32; s++)
-                for (int g = 0; g < NG; g++) {
-                    const vf qv = vload(q + 32 * s + VW * g);
-                    for (int k = 0; k < DOTS_KEYS; k++) acc[k][g] = vfma(qv, kv_load(rows[t + k], 32 * s + VW * g, kind), acc[k][g]);
-                }
+            dots_acc(q, rows + t, n, kind, acc);
             for (int k = 0; k < DOTS_KEYS; k++) out[t + k] = hsum8(to8(acc[k])) * scale;
         }
     for (; t < nt; t++) { /* k_dot's tile with the key row as its weight row: fma(k, q) = fma(q, k), same lanes */
