@@ -445,10 +445,12 @@ def test_queue_full_and_shutdown():
 
 def test_keepalive_comments_and_new_routes():
     """A stream waiting behind another request (--max-batch 1) gets SSE comments (--keepalive 1),
-    which clients ignore; GET-only and POST-only routes answer other methods with a 405 error object."""
-    s = Server("--keepalive", "1", "--max-batch", "1")
+    which clients ignore; GET-only and POST-only routes answer other methods with a 405 error object.
+    The busy request must outlast several keep-alive periods even on a fast machine: CI's release run
+    once decoded its 300 tokens in 0.44 s, under a 1 s period."""
+    s = Server("--keepalive", "0.2", "--max-batch", "1")
     try:
-        long_body = json.dumps({"prompt": "Once upon a time", "max_tokens": 60 if SANITIZED else 300, "temperature": 0, "ignore_eos": True}).encode()
+        long_body = json.dumps({"prompt": "Once upon a time", "max_tokens": 60 if SANITIZED else 600, "temperature": 0, "ignore_eos": True}).encode()
         busy = socket.create_connection(("127.0.0.1", s.port), timeout=300)
         busy.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(long_body), long_body))
         time.sleep(0.3)
