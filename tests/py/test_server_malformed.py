@@ -398,7 +398,8 @@ def test_queue_full_and_shutdown():
     in flight: the stream ends properly ([DONE]), the server exits 0 within the shutdown timeout."""
     s = Server("--max-queue", "1", "--shutdown-timeout", "2", "--max-batch", "1")
     try:
-        long_body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True,
+        # long enough to still run after the 0.5 s below on a fast machine (SIGTERM ends it after 2 s)
+        long_body = json.dumps({"prompt": "Once upon a time", "max_tokens": 3000, "temperature": 0, "stream": True,
                                 "ignore_eos": True}).encode()
         running = socket.create_connection(("127.0.0.1", s.port), timeout=120)
         running.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(long_body), long_body))
