@@ -196,7 +196,15 @@ AI void panel_pass(const dsp_cpu_panel_map *map, int64_t p, int h, const uint8_t
 
 #if VW == 16 && defined(DSP_Q8_VNNI)
 #define PANEL_AMX 1
-#define PANEL_AMX_MIN 32 /* activation rows from which AMX takes over (measured: below, the prefetching vector pass is as fast or faster) */
+/* activation rows from which AMX takes over (measured: below, the prefetching vector pass is as fast
+ * or faster). Tried on the 2-vCPU Xeon (2026-12-06) and not kept, each measured no faster at 16
+ * rows than the vector pass (bench_kernels --panel --type q4_1 --in 512: 2.3 ms; AMX 2.5-2.9): one
+ * ldtilecfg per matmul instead of per panel; tdpbsud on the unsigned weights of the min types (no
+ * mid * S correction); a pipeline doing, block by block, the next chunk's unpacking, this unit's
+ * tile products and the previous unit's float chain, with one C tile or four in turn. A block's
+ * tile product and store alone take 6-8 ns there (tdpbssd 4.3 ns, tilestored ~4 ns, which barely
+ * overlap), a 16-row unit ~46 ns per block: most of it is neither the tiles nor the float chain. */
+#define PANEL_AMX_MIN 32
 #define AMX_CHUNK 16     /* blocks whose B tiles are unpacked together and whose C tiles wait for the float pass */
 #define AMX_TGT __attribute__((target("amx-tile,amx-int8")))
 typedef struct amx_cfg {
