@@ -10,10 +10,11 @@
  * rest, each with its own seed). Then one multiply (D_w * dx) and one FMA per block and activation
  * row (a second FMA for the min or Q6_K's upper half): the chain of ops.h.
  *
- * With AMX (the avx512vnni table, dsp_cpu_amx_usable), from PANEL_AMX_MIN rows, groups of 16 take a
- * tile product per block instead: A = the 16 rows' quants of the block (natural order, straight from
- * the q8 rows), B = the block's unpacked weights (the same 8 x 64 bytes, as signed bytes u - mid),
- * C = the 16 x 16 exact P (Q6_K: two products of half the depth), then the same chain on C's rows.
+ * With AMX (the avx512vnni table, dsp_cpu_amx_usable), from PANEL_AMX_MIN rows, groups of 16 (or one
+ * group of 12-15) take a tile product per block instead: A = the group's quants of the block (natural
+ * order, straight from the q8 rows), B = the block's unpacked weights (the same 8 x 64 bytes as
+ * signed bytes: u - o for the types without a min, u itself for those with one, u <= 31), C = the
+ * exact P of 16 outputs (Q6_K: two products of half the depth), then the same chain on C's rows.
  * The integers are exact and the float chain is written the same way, so every path gives the
  * oracle's bits (test_kernels).
  *
@@ -196,16 +197,19 @@ AI void panel_pass(const dsp_cpu_panel_map *map, int64_t p, int h, const uint8_t
 
 #if VW == 16 && defined(DSP_Q8_VNNI)
 #define PANEL_AMX 1
-/* activation rows from which AMX takes over (measured: below, the prefetching vector pass is as fast
- * or faster). Tried on the 2-vCPU Xeon (2026-12-06) and not kept, each measured no faster at 16
- * rows than the vector pass (bench_kernels --panel --type q4_1 --in 512: 2.3 ms; AMX 2.5-2.9): one
- * ldtilecfg per matmul instead of per panel; tdpbsud on the unsigned weights of the min types (no
- * mid * S correction); a pipeline doing, block by block, the next chunk's unpacking, this unit's
- * tile products and the previous unit's float chain, with one C tile or four in turn. A block's
- * tile product and store alone take 6-8 ns there (tdpbssd 4.3 ns, tilestored ~4 ns, which barely
- * overlap), a 16-row unit ~46 ns per block: most of it is neither the tiles nor the float chain. */
-#define PANEL_AMX_MIN 32
-#define AMX_CHUNK 16     /* blocks whose B tiles are unpacked together and whose C tiles wait for the float pass */
+/* activation rows from which AMX takes over: a lone group of 12-15 rows (tiles configured for that
+ * many), else the whole groups of 16 (the rows left take the vector pass). On the 2-vCPU Xeon
+ * (bench_kernels --panel --type q4_1 --in 512, one thread, 16 MiB) AMX's cost is mostly per block
+ * (unpacking, tile products and stores, the chain's loads): ~1.2 ms + 0.04 ms a row against the
+ * vector pass's ~0.55 + 0.11 (5 rows 1.3 / 0.76 ms, 9 rows 1.40 / 1.39, 12 rows 1.67 / 1.80, 16 rows
+ * 1.8 / 2.3). What made it pay below 32 rows (it measured slower there before): chunks of 8 blocks
+ * with the C tiles packed (16 blocks' C tiles at a 2 KiB stride next to their B tiles filled the
+ * 48 KiB L1: 16 rows 2.3 -> 2.0 ms), the min types' B tiles as u itself (u <= 31 is a valid signed
+ * byte, so the chain needs no mid * S correction: -> 1.83), one ldtilecfg per matmul (-> 1.80).
+ * Tried and not kept: a pipeline doing, block by block, the next chunk's unpacking, this unit's tile
+ * products and the previous unit's chain (measured on the 16-block chunks, no faster). */
+#define PANEL_AMX_MIN 12
+#define AMX_CHUNK 8 /* blocks whose B tiles are unpacked together and whose C tiles wait for the float pass */
 #define AMX_TGT __attribute__((target("amx-tile,amx-int8")))
 typedef struct amx_cfg {
     uint8_t palette, start_row, reserved[14];
@@ -217,16 +221,16 @@ typedef struct amx_cfg {
  * quants), 4 and 7 B (4 tile rows: its signed weights of 16 outputs, 4 per output and tile row), 2 and
  * 5 C (16 rows x 16 outputs, int32). The others, two sets for two blocks in flight: 0 and 3 A (16 x 32
  * quants), 1 and 4 B (8 rows), 2 and 5 C. */
-AMX_TGT static void amx_config(int q6) {
+AMX_TGT static void amx_config(int q6, int gr) {
     amx_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    c.rows[2] = c.rows[5] = 16, c.colsb[2] = c.colsb[5] = 64;
+    c.rows[2] = c.rows[5] = (uint8_t)gr, c.colsb[2] = c.colsb[5] = 64;
     if (q6) {
-        c.rows[3] = c.rows[6] = 16, c.colsb[3] = c.colsb[6] = 16;
+        c.rows[3] = c.rows[6] = (uint8_t)gr, c.colsb[3] = c.colsb[6] = 16;
         c.rows[4] = c.rows[7] = 4, c.colsb[4] = c.colsb[7] = 64;
     } else {
-        c.rows[0] = c.rows[3] = 16, c.colsb[0] = c.colsb[3] = 32;
+        c.rows[0] = c.rows[3] = (uint8_t)gr, c.colsb[0] = c.colsb[3] = 32;
         c.rows[1] = c.rows[4] = 8, c.colsb[1] = c.colsb[4] = 64;
     }
     /* gcc 12 does not see that ldtilecfg reads all 64 bytes and dropped the stores of rows and
@@ -239,76 +243,67 @@ AMX_TGT static void amx_config(int q6) {
 typedef struct amx_rows {
     float dx[16][16] __attribute__((aligned(64))); /* AMX_CHUNK <= 16 blocks used */
     float s[16][16] __attribute__((aligned(64)));
-    int32_t corr[16][16] __attribute__((aligned(64))); /* mid * S (the types with a min) */
 } amx_rows;
 
-/* the values of blocks [0, nc) from per-lane q8-row arrays (entries 2b and 2b + 1): amx_even the
- * even entries (d, s), amx_pairs the sum of each pair (nS), as 16 lanes (0 past nc) */
+/* the values of blocks [0, nc) from a per-lane q8-row array (entries 2b and 2b + 1): the even
+ * entries (d, s) as 16 lanes (0 past nc) */
 AI __m512i amx_even(const void *v, int nc) {
     const __mmask16 k0 = (__mmask16)(nc >= 8 ? 0xFFFFu : (1u << (2 * nc)) - 1u), k1 = (__mmask16)(nc > 8 ? (1u << (2 * (nc - 8))) - 1u : 0);
     const __m512i a = _mm512_maskz_loadu_epi32(k0, v), b = _mm512_maskz_loadu_epi32(k1, (const int32_t *)v + 16);
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(a)), _mm512_cvtepi64_epi32(b), 1);
 }
-AI __m512i amx_pairs(const int32_t *v, int nc) {
-    const __mmask16 k0 = (__mmask16)(nc >= 8 ? 0xFFFFu : (1u << (2 * nc)) - 1u), k1 = (__mmask16)(nc > 8 ? (1u << (2 * (nc - 8))) - 1u : 0);
-    const __m512i a = _mm512_maskz_loadu_epi32(k0, v), b = _mm512_maskz_loadu_epi32(k1, v + 16);
-    const __m512i sa = _mm512_add_epi32(a, _mm512_srli_epi64(a, 32)), sb = _mm512_add_epi32(b, _mm512_srli_epi64(b, 32));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(sa)), _mm512_cvtepi64_epi32(sb), 1);
-}
-AMX_TGT static void amx_rows_vals(const uint8_t *xb, size_t ldq, int64_t nbp, int64_t c0, int nc, int mid, amx_rows *rv) {
-    for (int m = 0; m < 16; m++) {
+AMX_TGT static void amx_rows_vals(const uint8_t *xb, size_t ldq, int64_t nbp, int64_t c0, int nc, int gr, amx_rows *rv) {
+    for (int m = 0; m < gr; m++) {
         const uint8_t *xm = xb + (size_t)m * ldq;
         _mm512_store_si512(rv->dx[m], amx_even(dsp_cpu_q8_d(xm, nbp) + 2 * c0, nc));
         _mm512_store_si512(rv->s[m], amx_even(dsp_cpu_q8_s(xm, nbp) + 2 * c0, nc));
-        /* mid * S = -mid * (nS[2b] + nS[2b + 1]) */
-        _mm512_store_si512(rv->corr[m], _mm512_mullo_epi32(amx_pairs(dsp_cpu_q8_nS(xm, nbp) + 2 * c0, nc), _mm512_set1_epi32(-mid)));
     }
 }
 
-/* the float chain of a chunk for 16 rows, C tiles in ct; y: row 0's outputs of the panel, each
+/* the float chain of a chunk for gr rows, C tiles in ct; y: row 0's outputs of the panel, each
  * row's partial sum carried in from earlier chunks (c0 > 0) */
-AI void amx_chain(const amx_rows *rv, int32_t (*ct)[2][16][16], const dsp_cpu_panel_map *map, int64_t p, int64_t c0, int nc, float *y,
+AI void amx_chain(const amx_rows *rv, int32_t (*ct)[16][16], const dsp_cpu_panel_map *map, int64_t p, int64_t c0, int nc, int gr, float *y,
                   int64_t ldy, __mmask16 mv, const uint32_t type) {
     const int q6 = type == DSP_Q6_K, has_min = dsp_cpu_q8_has_min(type);
     __m512 acc[16];
 #pragma GCC unroll 16
-    for (int m = 0; m < 16; m++) acc[m] = c0 ? _mm512_maskz_loadu_ps(mv, y + (size_t)m * ldy) : _mm512_setzero_ps();
+    for (int m = 0; m < 16; m++) acc[m] = c0 && m < gr ? _mm512_maskz_loadu_ps(mv, y + (size_t)m * ldy) : _mm512_setzero_ps();
     for (int k = 0; k < nc; k++) {
         vf d0, d1;
         p_block_scales(map, p, c0 + k, 0, &d0, &d1, type);
 #pragma GCC unroll 16
         for (int m = 0; m < 16; m++) {
+            if (m >= gr) break;
             const __m512 dx = _mm512_set1_ps(rv->dx[m][k]);
-            __m512i P = _mm512_load_si512(ct[k][0][m]);
+            __m512i P = _mm512_load_si512(ct[q6 ? 2 * k : k][m]);
             if (q6) {
                 acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(d0, dx), _mm512_cvtepi32_ps(P), acc[m]);
-                acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dx), _mm512_cvtepi32_ps(_mm512_load_si512(ct[k][1][m])), acc[m]);
+                acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dx), _mm512_cvtepi32_ps(_mm512_load_si512(ct[2 * k + 1][m])), acc[m]);
                 continue;
             }
-            if (has_min) P = _mm512_add_epi32(P, _mm512_set1_epi32(rv->corr[m][k]));
             acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(d0, dx), _mm512_cvtepi32_ps(P), acc[m]);
             if (has_min) acc[m] = _mm512_fmadd_ps(d1, _mm512_set1_ps(rv->s[m][k]), acc[m]);
         }
     }
-    for (int m = 0; m < 16; m++) _mm512_mask_storeu_ps(y + (size_t)m * ldy, mv, acc[m]);
+    for (int m = 0; m < gr; m++) _mm512_mask_storeu_ps(y + (size_t)m * ldy, mv, acc[m]);
 }
 
-/* activation rows [0, n) (n a multiple of 16) x the outputs of panel p. Per chunk of AMX_CHUNK blocks
- * the B tiles are unpacked once (u - mid as signed bytes; for the types without a min mid is their
- * offset, so C is P; with a min (mid 8, Q5_K 16) P is C + mid * S); then per group of 16 rows the tile
+/* activation rows [0, n) (n a multiple of 16, or 12-15) x the outputs of panel p. Per chunk of AMX_CHUNK blocks
+ * the B tiles are unpacked once (u - mid as signed bytes: mid is the offset of the types without a
+ * min, 0 for those with one, so C is P either way); then per group of gr rows the tile
  * products of the whole chunk run back to back (no tile waits for the vector code) and land in ct,
  * and the float chain takes them in block order, carrying each output's partial sum across chunks
  * in y (stored and reloaded as floats: the chain is unchanged). */
 AMX_TGT static void panel_amx(const dsp_cpu_panel_map *map, int64_t p, int64_t r1, const uint8_t *xq, size_t ldq, int64_t nbp, int n, float *y,
                               int64_t ldy, const uint32_t type) {
     const int q6 = type == DSP_Q6_K, has_min = dsp_cpu_q8_has_min(type);
-    const int mid = has_min ? (type == DSP_Q5_K ? 16 : 8) : dsp_cpu_panel_off(type);
+    const int mid = has_min ? 0 : dsp_cpu_panel_off(type);
     int8_t bt[AMX_CHUNK][512] __attribute__((aligned(64)));          /* 8 KiB */
-    int32_t ct[AMX_CHUNK][2][16][16] __attribute__((aligned(64))); /* 32 KiB */
+    int32_t ct[2 * AMX_CHUNK][16][16] __attribute__((aligned(64))); /* block k's P at k (Q6_K: halves at 2k, 2k + 1), packed */
     amx_rows rv;
     const __m512i vmid = _mm512_set1_epi8((char)mid);
-    amx_config(q6);
     const int nv = r1 - 16 * p < 16 ? (int)(r1 - 16 * p) : 16;
+    const int gr = n < 16 ? n : 16; /* rows per group: n is a multiple of 16 or a lone group (the tile configuration's rows) */
     const __mmask16 mv = (__mmask16)((1u << nv) - 1u);
     const uint8_t *q = map->q + (size_t)(p * map->nb) * (size_t)map->qb;
     for (int64_t c0 = 0; c0 < map->nb; c0 += AMX_CHUNK) {
@@ -333,8 +328,8 @@ AMX_TGT static void panel_amx(const dsp_cpu_panel_map *map, int64_t p, int64_t r
                     _tile_zero(5);
                     _tile_dpbssd(2, 3, 4);
                     _tile_dpbssd(5, 6, 7);
-                    _tile_stored(2, ct[k][0], 64);
-                    _tile_stored(5, ct[k][1], 64);
+                    _tile_stored(2, ct[2 * k], 64);
+                    _tile_stored(5, ct[2 * k + 1], 64);
                 }
             else
                 for (int k = 0; k < nc; k += 2) { /* two blocks in flight */
@@ -348,15 +343,15 @@ AMX_TGT static void panel_amx(const dsp_cpu_panel_map *map, int64_t p, int64_t r
                         _tile_zero(5);
                         _tile_dpbssd(5, 3, 4);
                     }
-                    _tile_stored(2, ct[k][0], 64);
-                    if (k + 1 < nc) _tile_stored(5, ct[k + 1][0], 64);
+                    _tile_stored(2, ct[k], 64);
+                    if (k + 1 < nc) _tile_stored(5, ct[k + 1], 64);
                 }
-            amx_rows_vals(xb, ldq, nbp, c0, nc, mid, &rv);
-            amx_chain(&rv, ct, map, p, c0, nc, y + (size_t)i0 * ldy + 16 * p, ldy, mv, type);
+            amx_rows_vals(xb, ldq, nbp, c0, nc, gr, &rv);
+            amx_chain(&rv, ct, map, p, c0, nc, gr, y + (size_t)i0 * ldy + 16 * p, ldy, mv, type);
         }
     }
-    _tile_release();
 }
+AMX_TGT static void amx_release(void) { _tile_release(); }
 #endif
 
 /* one type's matmul (type a constant once inlined). Panel by panel: from PANEL_AMX_MIN rows AMX
@@ -367,7 +362,8 @@ AI void matmul_panel_t(const dsp_cpu_panel_map *map, int64_t r0, int64_t r1, con
     const int64_t p0 = r0 / 16, p1 = (r1 + 15) / 16;
     int n_amx = 0;
 #if defined(PANEL_AMX)
-    if (n_x >= PANEL_AMX_MIN && dsp_cpu_amx_usable()) n_amx = n_x / 16 * 16;
+    if (n_x >= PANEL_AMX_MIN && dsp_cpu_amx_usable()) n_amx = n_x < 16 ? n_x : n_x / 16 * 16;
+    if (n_amx) amx_config(type == DSP_Q6_K, n_amx < 16 ? n_amx : 16); /* once for all the panels (ldtilecfg and tilerelease are not free) */
 #endif
     for (int64_t p = p0; p < p1; p++) {
 #if defined(PANEL_AMX)
@@ -410,6 +406,9 @@ AI void matmul_panel_t(const dsp_cpu_panel_map *map, int64_t r0, int64_t r1, con
             }
         }
     }
+#if defined(PANEL_AMX)
+    if (n_amx) amx_release();
+#endif
 }
 
 static void k_matmul_panel(uint32_t type, const void *pw, int64_t in, int64_t out, int64_t r0, int64_t r1, const void *xq, size_t ldq, int n_x,
