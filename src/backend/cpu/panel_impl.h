@@ -207,7 +207,8 @@ AI void panel_pass(const dsp_cpu_panel_map *map, int64_t p, int h, const uint8_t
  * 48 KiB L1: 16 rows 2.3 -> 2.0 ms), the min types' B tiles as u itself (u <= 31 is a valid signed
  * byte, so the chain needs no mid * S correction: -> 1.83), one ldtilecfg per matmul (-> 1.80).
  * Tried and not kept: a pipeline doing, block by block, the next chunk's unpacking, this unit's tile
- * products and the previous unit's chain (measured on the 16-block chunks, no faster). */
+ * products and the previous unit's chain (measured on the 16-block chunks, no faster); C tiles 2, 5
+ * and 6, 7 by turns, each pair stored after the next pair's products (within the noise, +-5%). */
 #define PANEL_AMX_MIN 12
 #define AMX_CHUNK 8 /* blocks whose B tiles are unpacked together and whose C tiles wait for the float pass */
 #define AMX_TGT __attribute__((target("amx-tile,amx-int8")))
@@ -217,7 +218,7 @@ typedef struct amx_cfg {
     uint8_t rows[16];
 } amx_cfg;
 
-/* tiles for groups of 16 activation rows. Q6_K: 3 and 6 A (16 rows x the block's lower / upper 16
+/* tiles for groups of gr activation rows (16, or a lone group of 12-15; "16 rows" below). Q6_K: 3 and 6 A (16 rows x the block's lower / upper 16
  * quants), 4 and 7 B (4 tile rows: its signed weights of 16 outputs, 4 per output and tile row), 2 and
  * 5 C (16 rows x 16 outputs, int32). The others, two sets for two blocks in flight: 0 and 3 A (16 x 32
  * quants), 1 and 4 B (8 rows), 2 and 5 C. */
