@@ -218,10 +218,10 @@ typedef struct amx_cfg {
     uint8_t rows[16];
 } amx_cfg;
 
-/* tiles for groups of gr activation rows (16, or a lone group of 12-15; "16 rows" below). Q6_K: 3 and 6 A (16 rows x the block's lower / upper 16
- * quants), 4 and 7 B (4 tile rows: its signed weights of 16 outputs, 4 per output and tile row), 2 and
- * 5 C (16 rows x 16 outputs, int32). The others, two sets for two blocks in flight: 0 and 3 A (16 x 32
- * quants), 1 and 4 B (8 rows), 2 and 5 C. */
+/* tiles for groups of gr activation rows (16, or a lone group of 12-15: "16 rows" below). Q6_K: 3 and
+ * 6 A (16 rows x the block's lower / upper 16 quants), 4 and 7 B (4 tile rows: its signed weights of
+ * 16 outputs, 4 per output and tile row), 2 and 5 C (16 rows x 16 outputs, int32). The others, two
+ * sets for two blocks in flight: 0 and 3 A (16 x 32 quants), 1 and 4 B (8 rows), 2 and 5 C. */
 AMX_TGT static void amx_config(int q6, int gr) {
     amx_cfg c;
     memset(&c, 0, sizeof c);
@@ -289,12 +289,12 @@ AI void amx_chain(const amx_rows *rv, int32_t (*ct)[16][16], const dsp_cpu_panel
     for (int m = 0; m < gr; m++) _mm512_mask_storeu_ps(y + (size_t)m * ldy, mv, acc[m]);
 }
 
-/* activation rows [0, n) (n a multiple of 16, or 12-15) x the outputs of panel p. Per chunk of AMX_CHUNK blocks
- * the B tiles are unpacked once (u - mid as signed bytes: mid is the offset of the types without a
- * min, 0 for those with one, so C is P either way); then per group of gr rows the tile
- * products of the whole chunk run back to back (no tile waits for the vector code) and land in ct,
- * and the float chain takes them in block order, carrying each output's partial sum across chunks
- * in y (stored and reloaded as floats: the chain is unchanged). */
+/* activation rows [0, n) (n a multiple of 16, or 12-15) x the outputs of panel p. Per chunk of
+ * AMX_CHUNK blocks the B tiles are unpacked once (u - mid as signed bytes: mid is the offset of the
+ * types without a min, 0 for those with one, so C is P either way); then per group of gr rows the
+ * tile products of the whole chunk run back to back (no tile waits for the vector code) and land in
+ * ct, and the float chain takes them in block order, carrying each output's partial sum across
+ * chunks in y (stored and reloaded as floats: the chain is unchanged). */
 AMX_TGT static void panel_amx(const dsp_cpu_panel_map *map, int64_t p, int64_t r1, const uint8_t *xq, size_t ldq, int64_t nbp, int n, float *y,
                               int64_t ldy, const uint32_t type) {
     const int q6 = type == DSP_Q6_K, has_min = dsp_cpu_q8_has_min(type);
@@ -356,8 +356,8 @@ AMX_TGT static void amx_release(void) { _tile_release(); }
 #endif
 
 /* one type's matmul (type a constant once inlined). Panel by panel: from PANEL_AMX_MIN rows AMX
- * takes the whole groups of 16, the vector pass the rows left, while the panel's weights are still
- * in the caches. */
+ * takes a lone group of 12-15 rows or the whole groups of 16, the vector pass the rows left, while
+ * the panel's weights are still in the caches. */
 AI void matmul_panel_t(const dsp_cpu_panel_map *map, int64_t r0, int64_t r1, const void *xq, size_t ldq, int n_x, int64_t nbp, float *y,
                        int64_t ldy, const uint32_t type) {
     const int64_t p0 = r0 / 16, p1 = (r1 + 15) / 16;
