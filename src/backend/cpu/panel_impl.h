@@ -222,6 +222,10 @@ typedef struct amx_cfg {
  * 6 A (16 rows x the block's lower / upper 16 quants), 4 and 7 B (4 tile rows: its signed weights of
  * 16 outputs, 4 per output and tile row), 2 and 5 C (16 rows x 16 outputs, int32). The others, two
  * sets for two blocks in flight: 0 and 3 A (16 x 32 quants), 1 and 4 B (8 rows), 2 and 5 C. */
+/* rows per group for n AMX rows (a multiple of 16, or a lone group of 12-15): the tile
+ * configuration's rows and panel_amx's step must agree */
+static inline int amx_group_rows(int n) { return n < 16 ? n : 16; }
+
 AMX_TGT static void amx_config(int q6, int gr) {
     amx_cfg c;
     memset(&c, 0, sizeof c);
@@ -304,7 +308,7 @@ AMX_TGT static void panel_amx(const dsp_cpu_panel_map *map, int64_t p, int64_t r
     amx_rows rv;
     const __m512i vmid = _mm512_set1_epi8((char)mid);
     const int nv = r1 - 16 * p < 16 ? (int)(r1 - 16 * p) : 16;
-    const int gr = n < 16 ? n : 16; /* rows per group: n is a multiple of 16 or a lone group (the tile configuration's rows) */
+    const int gr = amx_group_rows(n);
     const __mmask16 mv = (__mmask16)((1u << nv) - 1u);
     const uint8_t *q = map->q + (size_t)(p * map->nb) * (size_t)map->qb;
     for (int64_t c0 = 0; c0 < map->nb; c0 += AMX_CHUNK) {
@@ -364,7 +368,7 @@ AI void matmul_panel_t(const dsp_cpu_panel_map *map, int64_t r0, int64_t r1, con
     int n_amx = 0;
 #if defined(PANEL_AMX)
     if (n_x >= PANEL_AMX_MIN && dsp_cpu_amx_usable()) n_amx = n_x < 16 ? n_x : n_x / 16 * 16;
-    if (n_amx) amx_config(type == DSP_Q6_K, n_amx < 16 ? n_amx : 16); /* once for all the panels (ldtilecfg and tilerelease are not free) */
+    if (n_amx) amx_config(type == DSP_Q6_K, amx_group_rows(n_amx)); /* once for all the panels (ldtilecfg and tilerelease are not free) */
 #endif
     for (int64_t p = p0; p < p1; p++) {
 #if defined(PANEL_AMX)
