@@ -516,8 +516,8 @@ static bool block_may_pay(dsp_engine *e, const dsp_req *r) {
     if (e->admit_block || dsp_engine_profile(e, NULL) != DSP_OK) return true;
     int n_decode = 1;
     for (int i = 0; i < e->n_running; i++) n_decode += e->running[i]->state == DSP_REQ_DECODE;
-    int32_t cap = dsp_block_n_draft(e->bdi, e->bdi->block);
-    if (r->p.max_tokens - 1 < cap) cap = r->p.max_tokens - 1;
+    int32_t cap = dsp_block_n_draft(e->bdi, e->bdi->block), room = budget(e, r); /* room: context and max_tokens */
+    if (room < cap) cap = room;
     if (r->p.max_draft != DSP_DRAFT_AUTO && r->p.max_draft < cap) cap = r->p.max_draft;
     return cap > 0 && rate_block(e, r, cap, n_decode) > (1.0 + DSP_COST_MARGIN) * rate_none(e, n_decode);
 }
