@@ -24,6 +24,7 @@ int dsp_cmd_detokenize(int argc, char **argv);
 int dsp_cmd_template(int argc, char **argv);
 int dsp_cmd_generate(int argc, char **argv);
 int dsp_cmd_chat(int argc, char **argv);
+int dsp_cmd_batch(int argc, char **argv);
 int dsp_cmd_benchmark(int argc, char **argv);
 int dsp_cmd_serve(int argc, char **argv);
 int dsp_cmd_pull(int argc, char **argv);

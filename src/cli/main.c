@@ -12,6 +12,7 @@ static const dsp_cli_cmd g_cmds[] = {
     {"serve", "an OpenAI-compatible HTTP server (chat and completions, streaming)", dsp_cmd_serve},
     {"generate", "generate a completion of a prompt, streamed as it is decoded", dsp_cmd_generate},
     {"chat", "interactive chat in the terminal", dsp_cmd_chat},
+    {"batch", "generate answers for a file of requests (JSON lines), many at a time", dsp_cmd_batch},
     {"info", "show a model's architecture, sizes, tensor types and tokenizer", dsp_cmd_info},
     {"tokenize", "print the token ids of a text as a JSON array", dsp_cmd_tokenize},
     {"detokenize", "print the text of token ids", dsp_cmd_detokenize},

@@ -13,7 +13,7 @@ continues where it stopped.
            project), ~3% held out, plus bench/prompts' chat and copy-heavy sets (eval only).
   data     WORK/data/*.pt: the target's own answers (self-distillation): greedy for every prompt,
            plus sampled ones (--sample-temp) for a share of the training prompts; eval prompts get
-           greedy answers only. --data-seconds bounds the time.
+           greedy answers only. --data-seconds bounds the time. --data-engine dspark has `dspark batch` write them.
   train    WORK/ckpt/: DeepSpec's objective (DRAFTERS.md 2.7): block prediction from injected tap
            features at random anchors, Markov head, confidence head trained on 1 - TV(draft,
            target); loss 0.1 CE + 0.9 L1 + 1.0 BCE, slot weights exp(-k/4); AdamW, bf16 autocast
@@ -221,6 +221,32 @@ def generate_rows(target, ids, att, device, kw, mem: dict) -> list[list[int]]:
         return generate_rows(target, ids, att, device, kw, mem)
 
 
+def dspark_answers(args, encs: list[list[int]], mode: str, seed0: int) -> list:
+    """The target's answers to prompt token lists from `dspark batch` (--data-engine dspark): the
+    engine's own tokens, many sequences at a time (--dspark-args, e.g. "--backend cuda --max-batch
+    128"), each what `dspark generate` gives for it alone. Lists of answer ids, an end-of-generation
+    token included as the transformers path keeps it; None where dspark could not answer."""
+    import shlex
+    import subprocess
+    reqs = []
+    for r, e in enumerate(encs):
+        q = {"prompt_ids": e, "max_tokens": args.max_new}
+        q.update(temperature=0) if mode == "greedy" else q.update(temperature=args.sample_temp, top_p=0.95, top_k=0, seed=seed0 + r)
+        reqs.append(json.dumps(q))
+    cmd = [args.dspark, "batch", "-m", args.target, "--mode", "baseline", *shlex.split(args.dspark_args)]
+    p = subprocess.run(cmd, input=("\n".join(reqs) + "\n").encode(), capture_output=True)
+    if p.returncode not in (0, 3):  # 3: some requests failed (their lines say why)
+        raise SystemExit(f"data: {' '.join(cmd)} failed ({p.returncode}): {p.stderr.decode()[-2000:]}")
+    out = [None] * len(encs)
+    for line in p.stdout.decode().splitlines():
+        a = json.loads(line)
+        if "error" in a:
+            log(f"data: dspark batch could not answer prompt {a['index']}: {a['error']['message']}")
+        else:
+            out[a["index"]] = a["token_ids"]
+    return out
+
+
 def step_data(args, target, tok, device) -> None:
     import torch
     from tqdm import tqdm
@@ -297,13 +323,19 @@ def step_data(args, target, tok, device) -> None:
             for r, i in enumerate(idx):
                 ids[r, L - len(enc[i]):] = torch.tensor(enc[i])
                 att[r, L - len(enc[i]):] = 1
-            kw = dict(do_sample=False) if mode == "greedy" else dict(
-                do_sample=True, temperature=args.sample_temp, top_p=0.95, top_k=0)
-            torch.manual_seed(args.seed * 1000003 + bi)
-            out = generate_rows(target, ids, att, device, dict(
-                max_new_tokens=args.max_new, eos_token_id=eos, pad_token_id=tok.pad_token_id, **kw), gen_mem)
+            if args.data_engine == "dspark":
+                answers = dspark_answers(args, [enc[i] for i in idx], mode, (args.seed * 1000003 + bi) * 4096)
+            else:
+                kw = dict(do_sample=False) if mode == "greedy" else dict(
+                    do_sample=True, temperature=args.sample_temp, top_p=0.95, top_k=0)
+                torch.manual_seed(args.seed * 1000003 + bi)
+                out = generate_rows(target, ids, att, device, dict(
+                    max_new_tokens=args.max_new, eos_token_id=eos, pad_token_id=tok.pad_token_id, **kw), gen_mem)
+                answers = [row[L:] for row in out]
             for r, i in enumerate(idx):
-                ans = out[r][L:]
+                ans = answers[r]
+                if ans is None:
+                    continue
                 cut = next((j + 1 for j, t in enumerate(ans) if t in eos), len(ans))
                 p = batch[i][0]
                 records.append({"id": p["id"], "split": p["split"], "source": p["source"],
@@ -725,6 +757,11 @@ def parse_args(argv=None):
                    help="sampled answers per training prompt by source, e.g. written=3,python=2 (others: --sample-frac)")
     g.add_argument("--sample-temp", type=float, default=0.8)
     g.add_argument("--data-seconds", type=float, default=0, help="stop generating after this long (0: no limit)")
+    g.add_argument("--data-engine", choices=("transformers", "dspark"), default="transformers",
+                   help="who writes the answers: transformers' generate on the training device, or `dspark batch` "
+                        "(the engine's own greedy/sampled tokens, batched; see --dspark, --dspark-args)")
+    g.add_argument("--dspark", default=os.path.join(ROOT, "build", "release", "dspark"), help="the dspark binary (--data-engine dspark)")
+    g.add_argument("--dspark-args", default="", help='extra `dspark batch` options, e.g. "--backend cuda --max-batch 128"')
     g = ap.add_argument_group("training")
     g.add_argument("--train-steps", type=int, default=4000, help="training steps (the learning-rate schedule's length)")
     g.add_argument("--train-seconds", type=float, default=0,
