@@ -51,3 +51,34 @@ def test_generate_rows_one_row_that_does_not_fit_raises():
     except torch.OutOfMemoryError:
         return
     raise AssertionError("expected OutOfMemoryError")
+
+
+def test_dspark_answers_requests_and_errors(tmp_path):
+    """--data-engine dspark: one `dspark batch` request per prompt (greedy: temperature 0; sampled:
+    its own seed), answers placed by index whatever order they come in, a failed request None"""
+    import json
+    import types
+    fake = tmp_path / "dspark"
+    fake.write_text("#!/usr/bin/env python3\n"
+                    "import json, sys\n"
+                    "reqs = [json.loads(l) for l in sys.stdin if l.strip()]\n"
+                    "json.dump(sys.argv[1:], open(sys.argv[0] + '.argv', 'w'))\n"
+                    "json.dump(reqs, open(sys.argv[0] + '.reqs', 'w'))\n"
+                    "for i in reversed(range(len(reqs))):\n"
+                    "    r = reqs[i]\n"
+                    "    if r['prompt_ids'][0] < 0: print(json.dumps({'index': i, 'error': {'message': 'bad'}}))\n"
+                    "    else: print(json.dumps({'index': i, 'token_ids': [r['prompt_ids'][-1] + 1, 2]}))\n"
+                    "print('dspark batch: done', file=sys.stderr)\n"
+                    "sys.exit(3)\n")
+    fake.chmod(0o755)
+    args = types.SimpleNamespace(dspark=str(fake), target="m.gguf", dspark_args="--backend cuda --max-batch 64",
+                                 max_new=16, sample_temp=0.8)
+    out = T.dspark_answers(args, [[1, 5], [-1], [7]], "sampled", 1000)
+    assert out == [[6, 2], None, [8, 2]]
+    reqs = json.loads((tmp_path / "dspark.reqs").read_text())
+    assert [r["seed"] for r in reqs] == [1000, 1001, 1002] and all(r["temperature"] == 0.8 for r in reqs)
+    argv = json.loads((tmp_path / "dspark.argv").read_text())
+    assert argv[:5] == ["batch", "-m", "m.gguf", "--mode", "baseline"] and argv[-2:] == ["--max-batch", "64"]
+    T.dspark_answers(args, [[3]], "greedy", 0)
+    r = json.loads((tmp_path / "dspark.reqs").read_text())[0]
+    assert r["temperature"] == 0 and "seed" not in r and r["max_tokens"] == 16

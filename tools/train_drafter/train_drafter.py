@@ -230,13 +230,17 @@ def dspark_answers(args, encs: list[list[int]], mode: str, seed0: int) -> list:
     import subprocess
     reqs = []
     for r, e in enumerate(encs):
-        q = {"prompt_ids": e, "max_tokens": args.max_new}
-        q.update(temperature=0) if mode == "greedy" else q.update(temperature=args.sample_temp, top_p=0.95, top_k=0, seed=seed0 + r)
+        q = {"prompt_ids": e, "max_tokens": args.max_new, "temperature": 0}
+        if mode != "greedy":
+            q.update(temperature=args.sample_temp, top_p=0.95, top_k=0, seed=seed0 + r)
         reqs.append(json.dumps(q))
     cmd = [args.dspark, "batch", "-m", args.target, "--mode", "baseline", *shlex.split(args.dspark_args)]
     p = subprocess.run(cmd, input=("\n".join(reqs) + "\n").encode(), capture_output=True)
     if p.returncode not in (0, 3):  # 3: some requests failed (their lines say why)
         raise SystemExit(f"data: {' '.join(cmd)} failed ({p.returncode}): {p.stderr.decode()[-2000:]}")
+    tail = p.stderr.decode().strip().splitlines()
+    if tail:
+        log(f"data: {tail[-1]}")  # its requests, tokens and tokens per second
     out = [None] * len(encs)
     for line in p.stdout.decode().splitlines():
         a = json.loads(line)
