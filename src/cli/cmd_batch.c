@@ -87,9 +87,9 @@ static json_t *id_array(const int32_t *v, size_t n) {
     return a;
 }
 
-/* write one answer line (takes ownership of obj) */
+/* write one answer line (takes ownership of obj); -1 when the output cannot be written */
 static int emit(FILE *out, json_t *obj) {
-    int rc = obj ? json_dumpf(obj, out, JSON_COMPACT) : -1;
+    int rc = json_dumpf(obj, out, JSON_COMPACT);
     json_decref(obj);
     if (rc || fputc('\n', out) == EOF || fflush(out)) return -1;
     return 0;
@@ -97,7 +97,8 @@ static int emit(FILE *out, json_t *obj) {
 
 static int emit_error(FILE *out, size_t index, json_t *id, const char *msg) {
     json_t *o = json_pack("{s:I, s:O?, s:{s:s}}", "index", (json_int_t)index, "id", id, "error", "message", msg);
-    return emit(out, o);
+    if (!o) o = json_pack("{s:I, s:O?, s:{s:s}}", "index", (json_int_t)index, "id", id, "error", "message", "(a message that is not UTF-8)");
+    return o ? emit(out, o) : -1;
 }
 
 /* a number field of the request line overriding the command line's; false (with *err) when it is
@@ -336,14 +337,19 @@ int dsp_cmd_batch(int argc, char **argv) {
                 wr = emit_error(out, it->index, it->id, it->oom ? "no memory" : ev[k].error ? ev[k].error : "failed");
             } else {
                 const dsp_gen_result *res = ev[k].res;
-                n_ok++;
-                tok_prompt += res->n_prompt, tok_gen += res->n_generated;
                 json_t *o = json_pack("{s:I, s:O?, s:s%, s:o, s:I, s:I, s:s}", "index", (json_int_t)it->index, "id", it->id, "text",
                                       it->text ? it->text : "", it->n_text, "token_ids", id_array(it->ids, it->n_ids), "n_prompt",
                                       (json_int_t)res->n_prompt, "n_generated", (json_int_t)res->n_generated, "finish_reason",
                                       dsp_finish_to_string(res->finish));
                 if (o && it->prompt) json_object_set_new(o, "prompt_token_ids", id_array(it->prompt, it->n_prompt));
-                wr = emit(out, o);
+                if (o) {
+                    n_ok++;
+                    tok_prompt += res->n_prompt, tok_gen += res->n_generated;
+                    wr = emit(out, o);
+                } else {
+                    n_failed++;
+                    wr = emit_error(out, it->index, it->id, "the answer could not be written as JSON");
+                }
             }
             item_free(it);
             if (wr) {
