@@ -45,6 +45,10 @@ int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, struct dsp_gen_params 
 int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_params *cp, bool *handled);
 /* --draft-vocab N|auto|0 -> dsp_engine_params.draft_vocab; prints the error and returns false */
 bool dsp_cli_parse_draft_vocab(const char *s, int32_t *out);
+struct dsp_tokenizer;
+/* text's token ids in *ids (malloc'd, at least one slot, the caller frees it also on an error) and
+ * their count in *n: the count-then-fill pair of dsp_tokenize calls; non-zero (a dsp_status) on an error */
+int dsp_cli_tokenize(const struct dsp_tokenizer *tok, const char *text, size_t len, int flags, int32_t **ids, size_t *n);
 /* the help lines for those */
 #define DSP_CLI_ENGINE_HELP                                                                                    \
     "  -c, --ctx N             context length per sequence (default min(model, 4096))\n"                       \

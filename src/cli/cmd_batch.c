@@ -8,7 +8,6 @@
 #include <jansson.h>
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,9 +185,7 @@ static bool parse_request(const dsp_model *m, const char *tmpl, json_t *req, dsp
     }
     const dsp_tokenizer *tok = dsp_model_tokenizer(m);
     size_t n = 0;
-    dsp_tokenize(tok, text, tlen, flags, NULL, 0, &n); /* the count (the call reports that 0 slots are too few) */
-    bool ok = n > 0 && (*ids = malloc(n * sizeof **ids)) &&
-              dsp_tokenize(tok, text, tlen, flags, *ids, n, &n) == DSP_OK;
+    bool ok = !dsp_cli_tokenize(tok, text, tlen, flags, ids, &n) && n > 0;
     if (!ok) {
         snprintf(err, n_err, "tokenizing the prompt: %s", n ? dsp_last_error() : "it is empty");
         free(*ids), *ids = NULL;

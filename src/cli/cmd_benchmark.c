@@ -340,9 +340,7 @@ static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const char 
     }
     size_t n_ids = 0;
     const dsp_tokenizer *tok = dsp_model_tokenizer(m);
-    dsp_tokenize(tok, g_decode_prompt, strlen(g_decode_prompt), DSP_TOKENIZE_ADD_SPECIAL, NULL, 0, &n_ids);
-    ids = malloc((n_ids ? n_ids : 1) * sizeof *ids);
-    if (!ids || dsp_tokenize(tok, g_decode_prompt, strlen(g_decode_prompt), DSP_TOKENIZE_ADD_SPECIAL, ids, n_ids, &n_ids)) {
+    if (dsp_cli_tokenize(tok, g_decode_prompt, strlen(g_decode_prompt), DSP_TOKENIZE_ADD_SPECIAL, &ids, &n_ids)) {
         dsp_cli_fail("benchmark", "tokenizing the decode prompt: %s", dsp_last_error());
         goto out;
     }

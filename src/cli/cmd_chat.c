@@ -122,11 +122,10 @@ int dsp_cmd_chat(int argc, char **argv) {
             continue;
         }
         size_t n_ids = 0;
-        dsp_tokenize(tok, prompt, plen, DSP_TOKENIZE_PARSE_SPECIAL, NULL, 0, &n_ids);
-        int32_t *ids = malloc((n_ids ? n_ids : 1) * sizeof *ids);
+        int32_t *ids = NULL;
         reply r = {0};
         dsp_gen_result res;
-        if (!ids || dsp_tokenize(tok, prompt, plen, DSP_TOKENIZE_PARSE_SPECIAL, ids, n_ids, &n_ids) ||
+        if (dsp_cli_tokenize(tok, prompt, plen, DSP_TOKENIZE_PARSE_SPECIAL, &ids, &n_ids) ||
             dsp_generate(c, ids, n_ids, &gp, on_token, &r, &res)) {
             if (r.n) fputc('\n', stdout); /* end the partial reply's line; nothing was printed otherwise */
             fflush(stdout);

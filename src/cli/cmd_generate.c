@@ -198,9 +198,7 @@ int dsp_cmd_generate(int argc, char **argv) {
         flags = DSP_TOKENIZE_PARSE_SPECIAL; /* the template already placed BOS and the turn markers */
     }
     size_t n_ids = 0;
-    dsp_tokenize(tok, text, tlen, flags, NULL, 0, &n_ids);
-    ids = malloc((n_ids ? n_ids : 1) * sizeof *ids);
-    if (!ids || dsp_tokenize(tok, text, tlen, flags, ids, n_ids, &n_ids)) {
+    if (dsp_cli_tokenize(tok, text, tlen, flags, &ids, &n_ids)) {
         dsp_cli_fail("generate", "tokenizing the prompt: %s", dsp_last_error());
         goto out;
     }

@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 
 #include "core/file.h"
+#include "core/status.h"
 #include "dspark.h"
 
 #include <errno.h>
@@ -341,4 +342,11 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
         *handled = false;
     }
     return 0;
+}
+
+int dsp_cli_tokenize(const dsp_tokenizer *tok, const char *text, size_t len, int flags, int32_t **ids, size_t *n) {
+    *n = 0;
+    dsp_tokenize(tok, text, len, flags, NULL, 0, n); /* the count (0 slots are too few: not an error here) */
+    if (!(*ids = malloc((*n ? *n : 1) * sizeof **ids))) return dsp_error(DSP_ERR_NOMEM, "no memory for %zu token ids", *n);
+    return dsp_tokenize(tok, text, len, flags, *ids, *n, n);
 }
