@@ -321,15 +321,15 @@ def step_data(args, target, tok, device) -> None:
             idx = [i for i, (_, m) in enumerate(batch) if m == mode]
             if not idx:
                 continue
-            L = max(len(enc[i]) for i in idx)
-            ids = torch.full((len(idx), L), tok.pad_token_id, dtype=torch.long)
-            att = torch.zeros((len(idx), L), dtype=torch.long)
-            for r, i in enumerate(idx):
-                ids[r, L - len(enc[i]):] = torch.tensor(enc[i])
-                att[r, L - len(enc[i]):] = 1
             if args.data_engine == "dspark":
                 answers = dspark_answers(args, [enc[i] for i in idx], mode, (args.seed * 1000003 + bi) * 4096)
-            else:
+            else:  # a left-padded batch for transformers' generate
+                L = max(len(enc[i]) for i in idx)
+                ids = torch.full((len(idx), L), tok.pad_token_id, dtype=torch.long)
+                att = torch.zeros((len(idx), L), dtype=torch.long)
+                for r, i in enumerate(idx):
+                    ids[r, L - len(enc[i]):] = torch.tensor(enc[i])
+                    att[r, L - len(enc[i]):] = 1
                 kw = dict(do_sample=False) if mode == "greedy" else dict(
                     do_sample=True, temperature=args.sample_temp, top_p=0.95, top_k=0)
                 torch.manual_seed(args.seed * 1000003 + bi)
