@@ -322,6 +322,7 @@ dsp_status dsp_engine_profile(dsp_engine *e, dsp_spec_profile *out) {
         if (!cached && !read_cached(e, PROFILE_BUILD, key, sizeof key, path, sizeof path)) {
             double t0 = now_ms();
             dsp_status st = measure(e, &e->prof);
+            e->profile_ms += now_ms() - t0;
             if (st) { /* not again: dsp_cost_time's linear guess from now on */
                 DSP_LOGW("the speculation cost profile could not be measured (%s): --max-draft auto uses a guess", dsp_last_error());
                 memset(&e->prof, 0, sizeof e->prof);

@@ -144,6 +144,8 @@ struct dsp_engine {
                                   * drafter (lookup, verification, emission), exponentially averaged;
                                   * --max-draft auto counts it in every round's time */
     double round_block_ms;       /* this round's block drafter time (0: it did not run) */
+    double profile_ms;           /* time spent measuring the cost profile (dsp_engine_profile): a
+                                  * round that measured it leaves that time out of its host time */
     int round_nb;                /* requests it drafted for */
     /* --max-draft auto's calibration (draft.c dsp_engine_calibrate): per kind of decode-only round,
      * the measured round time and what the profile predicted for it, exponentially averaged */
