@@ -212,10 +212,10 @@ static void test_bad_input(void) {
     ep.kv_tokens = 8;
     CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
     CHECK(e == NULL);
-    /* the CPU keeps K/V in F32 (default), F16 or BF16, and says which (CTest sets DSPARK_DEVICE=cpu:
+    /* the CPU keeps K/V in F16 (default), F32 or BF16, and says which (CTest sets DSPARK_DEVICE=cpu:
      * auto is the CPU here even on a GPU machine); an unknown type is refused */
     const dsp_kv_type kvt[] = {DSP_KV_DEFAULT, DSP_KV_F32, DSP_KV_F16, DSP_KV_BF16};
-    const char *kvn[] = {"K/V f32", "K/V f32", "K/V f16", "K/V bf16"};
+    const char *kvn[] = {"K/V f16", "K/V f32", "K/V f16", "K/V bf16"};
     for (int i = 0; i < 4; i++) {
         ep = dsp_engine_default_params();
         ep.device = DSP_DEVICE_CPU, ep.kv_type = kvt[i], ep.n_ctx = 256;
@@ -358,10 +358,10 @@ static void test_batch_invariance(void) {
     dsp_engine_destroy(e);
 }
 
-/* the same with K/V in F16: rounding when written changes the values, never their independence from
- * the batch */
-static void test_batch_invariance_f16(void) {
-    g_kv_type = DSP_KV_F16;
+/* the same with K/V in F32 (the default is F16): the rounding when written changes the values, never
+ * their independence from the batch */
+static void test_batch_invariance_f32(void) {
+    g_kv_type = DSP_KV_F32;
     test_batch_invariance();
     g_kv_type = DSP_KV_DEFAULT;
 }
@@ -503,7 +503,7 @@ static void test_reserve_memory(void) {
         dsp_engine_stats st;
         dsp_engine_get_stats(e, &st);
         const dsp_hparams *hp = &g_m->hp;
-        CHECK_EQ_INT((long long)st.kv_bytes, (long long)st.kv_blocks * st.block_tokens * 2 * hp->n_layer * hp->kv_dim * (long long)sizeof(float));
+        CHECK_EQ_INT((long long)st.kv_bytes, (long long)st.kv_blocks * st.block_tokens * 2 * hp->n_layer * hp->kv_dim * 2ll); /* f16 */
         CHECK(st.kv_blocks * st.block_tokens >= 4096);
         /* K and V: two mappings, or one when the kernel merged them */
         const uint64_t resident = rss_of_maps(st.kv_bytes / 2, st.kv_bytes + ((uint64_t)16 << 20));
@@ -570,7 +570,7 @@ int main(void) {
     DSP_RUN(test_stop_and_cancel);
     DSP_RUN(test_bad_input);
     DSP_RUN(test_batch_invariance);
-    DSP_RUN(test_batch_invariance_f16);
+    DSP_RUN(test_batch_invariance_f32);
     DSP_RUN(test_cancel_prefill_and_decode);
     DSP_RUN(test_kv_pressure);
     DSP_RUN(test_no_leaks);

@@ -432,8 +432,8 @@ static void test_taps_drafter(void) {
     fp.max_batch_tokens = total;
     fp.max_taps = 1;
     fp.n_ctx = 512;
-    dsp_backend_params bp = {.kind = g_cuda ? DSP_BACKEND_CUDA : DSP_BACKEND_CPU, .n_threads = 1};
-    CHECK(dsp_backend_create(&bp, &fp.backend) == DSP_OK); /* the engine's kind of backend: the same arithmetic */
+    dsp_backend_params bp = {.kind = g_cuda ? DSP_BACKEND_CUDA : DSP_BACKEND_CPU, .n_threads = 1, .kv_type = DSP_F16};
+    CHECK(dsp_backend_create(&bp, &fp.backend) == DSP_OK); /* the engine's kind of backend and K/V type: the same arithmetic */
     dsp_fwd *f = NULL;
     CHECK(dsp_fwd_create(g_m, &fp, &f) == DSP_OK);
     float *ref = malloc(sizeof(float) * (size_t)total * (size_t)x.E);

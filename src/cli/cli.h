@@ -55,8 +55,8 @@ int dsp_cli_tokenize(const struct dsp_tokenizer *tok, const char *text, size_t l
     "  -t, --threads N         CPU threads (default: physical cores)\n"                                         \
     "      --device D          auto (default: the GPU when there is one and the model fits, else the CPU),\n" \
     "                          cpu or cuda (the GPU; --gpu N picks one); DSPARK_DEVICE=cpu|cuda overrides\n"  \
-    "      --kv-type T         KV cache element type: f32 (CPU only, its default), f16 (the GPU's default;\n" \
-    "                          half the memory) or bf16 (F32's range)\n"                                   \
+    "      --kv-type T         KV cache element type: f16 (default), bf16 (F32's range) or f32 (the CPU\n"  \
+    "                          only: twice the memory; the reference arithmetic)\n"                        \
     "      --batch-tokens N    tokens per forward, also the prefill chunk (default 512)\n"                      \
     "      --prefill-itl X     next to decoding requests, a round with a prefill chunk costs at most X times\n" \
     "                          their rounds alone (default 1.5; lower: smoother streams, slower prefill)\n"   \

@@ -68,7 +68,7 @@ static void usage(FILE *f) {
             "      --bw-mb N        buffer of the bandwidth test in MiB (default 1024, 4096 on a GPU; 0 = skip)\n"
             "      --backend B      where the forward runs: auto|cpu|cuda (default auto: the GPU when there is one, else the CPU)\n"
             "      --gpu N          CUDA device (default 0)\n"
-            "      --kv-type T      K/V element type: f16|bf16|f32 (default f32 on the CPU, f16 on the GPU)\n"
+            "      --kv-type T      K/V element type: f16 (default)|bf16|f32 (the CPU only)\n"
             "      --precision P    CPU matmuls: q8 (default, 8-bit activations) or f32\n"
             "      --no-verify      skip the verify curve\n"
             "      --no-prefill     skip the prefill figure\n"
@@ -538,6 +538,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
 
     bp.progress = !json;
     bp.f32_activations = precision == DSP_PRECISION_F32;
+    if (!bp.kv_type) bp.kv_type = DSP_F16; /* the engine's default K/V type, on either backend */
     if (dsp_backend_create(&bp, &be)) {
         dsp_cli_fail("benchmark", "%s", dsp_last_error());
         goto out;
@@ -620,7 +621,7 @@ int dsp_cmd_benchmark(int argc, char **argv) {
     if (bw_mb) bw = gpu && be->ops->read_bandwidth ? be->ops->read_bandwidth(be, (size_t)bw_mb << 20) : mem_bandwidth((size_t)bw_mb, threads);
     /* a decode step at the middle of the forward-decode run reads the weights and that much K/V */
     uint64_t wbytes = weight_bytes_per_token(m), kvbytes = kv_bytes_per_token(m, VERIFY_PREFIX + DECODE_TOKENS / 2,
-                                                                    gpu || bp.kv_type == DSP_F16 || bp.kv_type == DSP_BF16 ? 2 : 4);
+                                                                    bp.kv_type == DSP_F32 ? 4 : 2);
     double roof = bw > 0 ? bw * 1e9 / (double)(wbytes + kvbytes) : 0;
 
     char cpu[256];

@@ -190,7 +190,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
                              .kv_type = p.kv_type == DSP_KV_F16    ? DSP_F16
                                         : p.kv_type == DSP_KV_BF16 ? DSP_BF16
                                         : p.kv_type == DSP_KV_F32  ? DSP_F32
-                                                                   : 0,
+                                                                   : DSP_F16, /* the default, on either backend */
                              .f32_activations = p.precision == DSP_PRECISION_F32,
                              .reserve = p.reserve_memory};
     dsp_status st = dsp_backend_create(&bp, &e->be);
@@ -221,7 +221,7 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     /* context and KV pool (the GPU stores K/V in 16 bits) */
     const dsp_hparams *hp = &m->hp;
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (uint32_t)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    const bool kv16 = p.kv_type == DSP_KV_F16 || p.kv_type == DSP_KV_BF16;
+    const bool kv16 = p.kv_type != DSP_KV_F32;
     const uint64_t kv_elem = e->be->kind == DSP_BACKEND_CPU && !kv16 ? sizeof(float) : 2;
     uint64_t per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * kv_elem;
     per_token += dsp_engine_draft_kv_bytes(e->bd, kv_elem);
