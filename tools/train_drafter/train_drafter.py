@@ -13,7 +13,9 @@ continues where it stopped.
            project), ~3% held out, plus bench/prompts' chat and copy-heavy sets (eval only).
   data     WORK/data/*.pt: the target's own answers (self-distillation): greedy for every prompt,
            plus sampled ones (--sample-temp) for a share of the training prompts; eval prompts get
-           greedy answers only. --data-seconds bounds the time. --data-engine dspark has `dspark batch` write them.
+           greedy answers only. --data-seconds bounds the time. --data-engine dspark has `dspark batch`
+           write the greedy ones (5x transformers' speed on an H100; the sampled ones stay with
+           transformers: dspark samples on the host, one row after another).
   train    WORK/ckpt/: DeepSpec's objective (DRAFTERS.md 2.7): block prediction from injected tap
            features at random anchors, Markov head, confidence head trained on 1 - TV(draft,
            target); loss 0.1 CE + 0.9 L1 + 1.0 BCE, slot weights exp(-k/4); AdamW, bf16 autocast
@@ -321,7 +323,12 @@ def step_data(args, target, tok, device) -> None:
             idx = [i for i, (_, m) in enumerate(batch) if m == mode]
             if not idx:
                 continue
-            if args.data_engine == "dspark":
+            # dspark writes the greedy answers only: on an H100 at --max-batch 128 it gave 34-40 k
+            # generated tok/s (transformers' generate 7.4-8.6 k), but a sampled batch (T 0.8, top-p
+            # 0.95) made no shard in 230 s: dspark samples on the host, ~0.5 ms a token for this
+            # vocabulary, one request after another (bench_sample), which a GPU round of 128 rows
+            # turns into ~100x its forward
+            if args.data_engine == "dspark" and mode == "greedy":
                 answers = dspark_answers(args, [enc[i] for i in idx], mode, (args.seed * 1000003 + bi) * 4096)
             else:  # a left-padded batch for transformers' generate
                 L = max(len(enc[i]) for i in idx)
@@ -762,8 +769,8 @@ def parse_args(argv=None):
     g.add_argument("--sample-temp", type=float, default=0.8)
     g.add_argument("--data-seconds", type=float, default=0, help="stop generating after this long (0: no limit)")
     g.add_argument("--data-engine", choices=("transformers", "dspark"), default="transformers",
-                   help="who writes the answers: transformers' generate on the training device, or `dspark batch` "
-                        "(the engine's own greedy/sampled tokens, batched; see --dspark, --dspark-args)")
+                   help="who writes the greedy answers: transformers' generate on the training device, or `dspark batch` "
+                        "(the engine's own tokens, batched; see --dspark, --dspark-args); sampled answers are transformers'")
     g.add_argument("--dspark", default=os.path.join(ROOT, "build", "release", "dspark"), help="the dspark binary (--data-engine dspark)")
     g.add_argument("--dspark-args", default="", help='extra `dspark batch` options, e.g. "--backend cuda --max-batch 128"')
     g = ap.add_argument_group("training")
