@@ -183,6 +183,10 @@ struct dsp_backend {
      * instantiated), counted by the backend: their time is not what the shape costs, so the
      * engine's cost calibration leaves such rounds out */
     unsigned long n_setup;
+    /* the backend's CPU worker pool (the CPU backend's compute threads, idle between forwards), for
+     * host work the engine spreads over them (verification and sampling); NULL: none (the engine
+     * makes its own) */
+    struct dsp_pool *host_pool;
 };
 
 /* What AUTO means here: $DSPARK_DEVICE (cpu or cuda) when set, else CUDA when the build has it and a

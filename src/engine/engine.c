@@ -13,6 +13,7 @@
 
 #include "core/file.h"
 #include "core/log.h"
+#include "core/threads.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -296,6 +297,30 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
     }
     dsp_sample_scratch_init(&e->scratch, e->scratch_mem, sbytes, e->n_vocab);
     dsp_sample_dist_init(&e->dist, e->dist_mem, dbytes, e->n_vocab);
+    /* verification on the host threads (verify_all): the CPU backend's pool, else the engine's own */
+    e->host_pool = e->be->host_pool;
+    if (!e->host_pool) {
+        if (dsp_pool_create(p.n_threads > 0 ? p.n_threads : dsp_physical_cores(), &e->own_pool)) dsp_error_clear(); /* serial then */
+        e->host_pool = e->own_pool;
+    }
+    const int nvt = e->host_pool ? dsp_pool_size(e->host_pool) : 0;
+    if (nvt > 1 && e->max_batch > 1) {
+        e->vmem = calloc(2 * (size_t)nvt, sizeof *e->vmem);
+        e->vs = calloc((size_t)nvt, sizeof *e->vs);
+        e->vd = calloc((size_t)nvt, sizeof *e->vd);
+        e->vreqs = calloc((size_t)e->max_batch, sizeof *e->vreqs);
+        bool ok = e->vmem && e->vs && e->vd && e->vreqs;
+        for (int t = 0; t < nvt && ok; t++) {
+            ok = (e->vmem[2 * t] = alloc64(sbytes)) && (e->vmem[2 * t + 1] = alloc64(dbytes));
+            ok = ok && (!p.reserve_memory || (dsp_mem_populate(e->vmem[2 * t], sbytes) && dsp_mem_populate(e->vmem[2 * t + 1], dbytes)));
+            if (ok) dsp_sample_scratch_init(&e->vs[t], e->vmem[2 * t], sbytes, e->n_vocab), dsp_sample_dist_init(&e->vd[t], e->vmem[2 * t + 1], dbytes, e->n_vocab);
+        }
+        e->n_vt = nvt; /* (freed with the engine either way) */
+        if (!ok) {
+            dsp_engine_destroy(e);
+            return dsp_error(DSP_ERR_NOMEM, "no memory for the engine's %d sampler scratches (vocabulary %d)", nvt, e->n_vocab);
+        }
+    }
     e->st.kv_blocks = e->kv->n_blocks;
     e->st.block_tokens = (uint32_t)e->kv->block_tokens;
     e->st.kv_bytes = (uint64_t)e->st.kv_blocks * e->st.block_tokens * per_token;
@@ -343,6 +368,9 @@ void dsp_engine_destroy(dsp_engine *e) {
     dsp_fwd_destroy(e->fwd);
     dsp_backend_destroy(e->be);
     free(e->logits), free(e->argmax), free(e->taps), free(e->scratch_mem), free(e->dist_mem);
+    for (int t = 0; e->vmem && t < 2 * e->n_vt; t++) free(e->vmem[t]);
+    free(e->vmem), free(e->vs), free(e->vd), free(e->vreqs);
+    if (e->own_pool) dsp_pool_destroy(e->own_pool);
     free(e->running), free(e->bseqs), free(e->btok), free(e->bpos), free(e->bseq), free(e->brow);
     free(e->ev), free(e->done);
     free(e);
@@ -670,17 +698,53 @@ static void observe(dsp_engine *e, dsp_req *r, uint32_t n_new, int32_t drafted, 
 }
 
 /* After the forward: the decoding request r verifies its block and emits. */
+/* The round's decoding requests' verification (with the sampler's work: top-p over a 49k
+ * vocabulary ~0.5 ms a token, bench_sample) spread over the host threads, each request on the
+ * scratch of the thread that runs it; decode_done then takes each result in batch order. A
+ * verification reads and writes only its request's state (history, RNG) and reads its logits rows,
+ * so the results are the serial loop's, bit for bit. */
+static void verify_task(void *ctx, int task, int thread) {
+    dsp_engine *e = ctx;
+    dsp_req *r = e->vreqs[task];
+    const int V = e->n_vocab;
+    r->vst = e->verify(e->logits + (size_t)r->logit0 * (size_t)V, V, r->k, r->draft, r->k > 0 && r->sampled ? r->q : NULL, &r->hist, &r->sp,
+                       &r->rng, &e->vs[thread], &e->vd[thread], r->vout, &r->vn);
+    if (r->vst) snprintf(r->error, sizeof r->error, "%s", dsp_last_error()); /* the message is this thread's */
+    r->verified = true;
+}
+
+static void verify_all(dsp_engine *e) {
+    if (e->n_vt < 2 || e->argmax_round) return; /* an argmax round's verification reads no logits row */
+    int n = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        dsp_req *r = e->running[i];
+        if (r->n_rows > 0 && r->state == DSP_REQ_DECODE) e->vreqs[n++] = r;
+    }
+    if (n > 1) dsp_pool_run(e->host_pool, n, verify_task, e);
+}
+
 static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
     const int V = e->n_vocab;
     const float *logits = e->argmax_round ? NULL : e->logits + (size_t)r->logit0 * (size_t)V;
     const uint32_t len = r->n_tokens;
     int32_t k = first ? 0 : r->k, out[DSP_MAX_DRAFT + 1], n_out = 0;
-    dsp_status st = e->argmax_round ? dsp_spec_verify_argmax(e->argmax + r->logit0, V, k, r->draft, &r->hist, &r->sp, &r->rng, out, &n_out)
-                                    : e->verify(logits, V, k, r->draft, k > 0 && r->sampled ? r->q : NULL, &r->hist, &r->sp, &r->rng, &e->scratch,
-                                                &e->dist, out, &n_out);
-    if (st) {
-        fail(e, r, st);
-        return;
+    dsp_status st;
+    if (r->verified) { /* verify_all did it */
+        r->verified = false;
+        if ((st = r->vst)) {
+            finish(e, r, DSP_FINISH_NONE, st); /* r->error has the message */
+            return;
+        }
+        n_out = r->vn;
+        memcpy(out, r->vout, sizeof(int32_t) * (size_t)n_out);
+    } else {
+        st = e->argmax_round ? dsp_spec_verify_argmax(e->argmax + r->logit0, V, k, r->draft, &r->hist, &r->sp, &r->rng, out, &n_out)
+                             : e->verify(logits, V, k, r->draft, k > 0 && r->sampled ? r->q : NULL, &r->hist, &r->sp, &r->rng, &e->scratch, &e->dist,
+                                         out, &n_out);
+        if (st) {
+            fail(e, r, st);
+            return;
+        }
     }
     const int32_t a = n_out - 1;
     r->res.n_rounds++;
@@ -863,6 +927,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         return DSP_OK;
     }
 
+    verify_all(e);
     /* per request, in batch order */
     int n_dec = 0;
     for (int i = 0; i < e->n_running; i++) n_dec += e->running[i]->n_rows > 0 && e->running[i]->state == DSP_REQ_DECODE;

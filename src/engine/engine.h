@@ -88,6 +88,10 @@ typedef struct dsp_req {
     dsp_rng drng;                /* the block drafter's sampling stream (draft_sample) */
     uint32_t prev_block_pos;     /* the anchor position of the last traced block draft (ctx_rows) */
     int row0, n_rows, logit0;    /* this round's rows in the batch and in the logits */
+    /* this round's verification when it ran on the host pool (verify_all in engine.c) */
+    bool verified;
+    dsp_status vst;
+    int32_t vn, vout[DSP_MAX_DRAFT + 1];
     /* this round's events: texts and top logprobs, (DSP_MAX_DRAFT + 1) slots each */
     char *evtext;
     size_t evtext_cap, evtext_used, out_cap;
@@ -120,6 +124,14 @@ struct dsp_engine {
     void *scratch_mem, *dist_mem;
     dsp_sample_scratch scratch;
     dsp_sample_dist dist;
+    /* the decoding requests' verification spread over host threads: the backend's CPU pool or
+     * the engine's own (GPU), a sampler scratch per thread, the round's requests */
+    struct dsp_pool *host_pool, *own_pool;
+    int n_vt;                    /* threads with a scratch (0: verification stays serial) */
+    void **vmem;
+    dsp_sample_scratch *vs;
+    dsp_sample_dist *vd;
+    dsp_req **vreqs;
     dsp_req *wait_head, *wait_tail;
     uint32_t n_waiting;
     dsp_req **running;           /* (max_batch), in admission order */

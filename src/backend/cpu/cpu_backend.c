@@ -838,6 +838,7 @@ dsp_status dsp_backend_cpu_create(const dsp_backend_params *p, dsp_backend **out
         return st;
     }
     c->n_threads = dsp_pool_size(c->pool);
+    c->base.host_pool = c->pool;
     snprintf(c->base.desc, sizeof c->base.desc, "cpu %s, %d thread%s, %s activations, K/V %s", c->ops->name, c->n_threads,
              c->n_threads == 1 ? "" : "s", c->q8 ? "8-bit" : "f32", c->kv_kind == 1 ? "f16" : c->kv_kind == 2 ? "bf16" : "f32");
     *out = &c->base;
