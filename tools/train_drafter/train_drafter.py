@@ -325,9 +325,11 @@ def step_data(args, target, tok, device) -> None:
                 continue
             # dspark writes the greedy answers only: on an H100 at --max-batch 128 it gave 34-40 k
             # generated tok/s (transformers' generate 7.4-8.6 k), but a sampled batch (T 0.8, top-p
-            # 0.95) made no shard in 230 s: dspark samples on the host, ~0.5 ms a token for this
+            # 0.95) made no shard in 230 s: dspark sampled on the host, ~0.5 ms a token for this
             # vocabulary, one request after another (bench_sample), which a GPU round of 128 rows
-            # turns into ~100x its forward
+            # turned into ~100x its forward. The engine now spreads that over the host's threads
+            # (engine.c verify_all; 16 on the lent machines), not yet measured on a GPU: until it
+            # is, sampled answers stay with transformers
             if args.data_engine == "dspark" and mode == "greedy":
                 answers = dspark_answers(args, [enc[i] for i in idx], mode, (args.seed * 1000003 + bi) * 4096)
             else:  # a left-padded batch for transformers' generate
