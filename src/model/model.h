@@ -74,6 +74,9 @@ dsp_status dsp_hf_vec(dsp_model *m, const char *name, int64_t n, bool optional, 
 dsp_status dsp_hf_mat(dsp_model *m, const char *name, int64_t in, int64_t out_f, bool optional, const dsp_tensor **out);
 /* Replace F32/F16/BF16 matrices by `type` (Q8_0, Q4_0) at load (quantize.c). */
 dsp_status dsp_model_quantize(dsp_model *m, uint32_t type, int n_threads, bool progress);
+/* the same, and the matrices *extra[0 .. n_extra) beside the model's own (a block drafter's tap
+ * projection and Markov W2: tensors of m's files the layer list does not name) */
+dsp_status dsp_model_quantize_with(dsp_model *m, uint32_t type, int n_threads, bool progress, const dsp_tensor **const *extra, int n_extra);
 /* dsp_model_load from a GGUF image in memory (tests, fuzzers); data must outlive the model and
  * label names it in messages. */
 dsp_status dsp_model_load_memory(const void *data, size_t size, const char *label, const dsp_model_params *params, dsp_model **out);

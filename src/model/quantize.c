@@ -52,10 +52,16 @@ static void release_if_owned(dsp_model *m, const dsp_tensor *t) {
 }
 
 dsp_status dsp_model_quantize(dsp_model *m, uint32_t type, int n_threads, bool progress) {
+    return dsp_model_quantize_with(m, type, n_threads, progress, NULL, 0);
+}
+
+dsp_status dsp_model_quantize_with(dsp_model *m, uint32_t type, int n_threads, bool progress, const dsp_tensor **const *extra, int n_extra) {
     dsp_weights *w = &m->w;
-    const dsp_tensor ***slots = malloc((2 + 7 * (size_t)m->hp.n_layer) * sizeof *slots);
+    const dsp_tensor ***slots = malloc((2 + 7 * (size_t)m->hp.n_layer + (size_t)(n_extra > 0 ? n_extra : 0)) * sizeof *slots);
     if (!slots) return dsp_error(DSP_ERR_NOMEM, "quantize: no memory");
     int ns = 0;
+    for (int i = 0; i < n_extra; i++)
+        if (extra[i] && *extra[i]) slots[ns++] = (const dsp_tensor **)extra[i];
     slots[ns++] = &w->tok_embd;
     if (w->output != w->tok_embd) slots[ns++] = &w->output;
     for (int l = 0; l < m->hp.n_layer; l++) {

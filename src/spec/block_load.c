@@ -367,7 +367,11 @@ dsp_status dsp_block_pick_vocab(dsp_block_drafter *d, int n) {
 }
 
 dsp_status dsp_block_quantize(dsp_block_drafter *d, uint32_t type, int n_threads) {
-    dsp_status st = dsp_model_quantize(d->m, type, n_threads, false);
+    /* the tap projection (every context row, n_taps x n_embd wide) and the Markov head's W2 (one
+     * row per draft-vocabulary token) too: as BF16 they ran the float tile, ~5% of a dspark-mode
+     * decode on the 2-core Zen 4 (perf) */
+    const dsp_tensor **const extra[] = {&d->fc, &d->mk_w2};
+    dsp_status st = dsp_model_quantize_with(d->m, type, n_threads, false, extra, 2);
     if (!st) d->info.layer_type = d->m->w.layers[0].ffn_down->type;
     return st;
 }
