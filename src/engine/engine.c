@@ -697,7 +697,6 @@ static void observe(dsp_engine *e, dsp_req *r, uint32_t n_new, int32_t drafted, 
     r->observed = r->n_tokens;
 }
 
-/* After the forward: the decoding request r verifies its block and emits. */
 /* The round's decoding requests' verification (with the sampler's work: top-p over a 49k
  * vocabulary ~0.5 ms a token, bench_sample) spread over the host threads, each request on the
  * scratch of the thread that runs it; decode_done then takes each result in batch order. A
@@ -723,6 +722,7 @@ static void verify_all(dsp_engine *e) {
     if (n > 1) dsp_pool_run(e->host_pool, n, verify_task, e);
 }
 
+/* After the forward: the decoding request r verifies its block (unless verify_all did) and emits. */
 static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
     const int V = e->n_vocab;
     const float *logits = e->argmax_round ? NULL : e->logits + (size_t)r->logit0 * (size_t)V;
