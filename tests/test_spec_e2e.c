@@ -636,6 +636,67 @@ static void test_profile_time_not_host(void) {
     rmdir(dir);
 }
 
+/* A verification that fails inside a batch (engine.c verify_all runs a round's verifications on the
+ * host threads): the request it belongs to ends with that error and its message, whichever thread
+ * ran it; the others in the same rounds go on and give their solo output. The failing verifier is
+ * dsp_spec_verify, except for the request sampled at T 0.85, from its fourth token on. */
+static dsp_status fail_085(const float *logits, int32_t n_vocab, int32_t k, const int32_t *draft, const float *q, dsp_sample_history *h,
+                           const dsp_sample_params *sp, dsp_rng *rng, dsp_sample_scratch *s, dsp_sample_dist *d, int32_t *out, int32_t *n_out) {
+    if (sp->temperature == 0.85f && h->len >= h->n_prompt + 3) return dsp_error(DSP_ERR_INTERNAL, "test: the T 0.85 request's verification failed");
+    return dsp_spec_verify(logits, n_vocab, k, draft, q, h, sp, rng, s, d, out, n_out);
+}
+
+static void test_verify_failure_in_batch(void) {
+    static const float temps[3] = {0.9f, 0.85f, 0.7f};
+    int32_t ids[3][512];
+    int n[3];
+    static run_out solo[3];
+    dsp_gen_params gp[3];
+    for (int i = 0; i < 3; i++) {
+        n[i] = tokenize(g_prompts[i], ids[i], 512);
+        gp[i] = dsp_gen_default_params();
+        gp[i].max_tokens = 12;
+        gp[i].ignore_eos = true;
+        gp[i].temperature = temps[i];
+        gp[i].seed = 11 + (uint64_t)i;
+        if (i != 1) run(ids[i], n[i], &gp[i], &solo[i]);
+    }
+    dsp_engine_params ep = test_params(4);
+    dsp_engine *e = NULL;
+    CHECK(dsp_engine_create(g_m, &ep, &e) == DSP_OK);
+    if (!e) return;
+    e->verify = fail_085;
+    static events got[3];
+    memset(got, 0, sizeof got);
+    for (int i = 0; i < 3; i++) CHECK(dsp_engine_submit(e, ids[i], (size_t)n[i], &gp[i], &got[i], NULL) == DSP_OK);
+    dsp_status status[3] = {DSP_OK, DSP_OK, DSP_OK};
+    char msg[256] = "";
+    for (int done = 0, guard = 0; done < 3 && guard < 10000; guard++) {
+        const dsp_event *ev;
+        size_t n_ev;
+        CHECK(dsp_engine_step(e, &ev, &n_ev) == DSP_OK);
+        for (size_t k = 0; k < n_ev; k++) {
+            events *c = ev[k].user;
+            const int i = (int)(c - got);
+            if (ev[k].type == DSP_EVENT_TOKEN) {
+                collect(&ev[k].tok, c);
+                continue;
+            }
+            status[i] = ev[k].status, done++;
+            if (ev[k].status && ev[k].error) snprintf(msg, sizeof msg, "%s", ev[k].error);
+        }
+    }
+    CHECK_MSG(status[1] == DSP_ERR_INTERNAL && strstr(msg, "T 0.85 request's verification failed"), "the failing request: status %d, \"%s\"",
+              (int)status[1], msg);
+    CHECK_EQ_INT(got[1].n, 3); /* its tokens before the failure */
+    for (int i = 0; i < 3; i += 2) {
+        CHECK_MSG(status[i] == DSP_OK && got[i].n == solo[i].ev.n && !memcmp(got[i].ids, solo[i].ev.ids, sizeof(int32_t) * (size_t)got[i].n),
+                  "request %d beside the failing one: status %d, %d tokens (alone %d)", i, (int)status[i], got[i].n, solo[i].ev.n);
+    }
+    e->verify = dsp_spec_verify;
+    dsp_engine_destroy(e);
+}
+
 /* --max-draft auto next to a prefill: with a synthetic cost profile (a forward of n rows costs
  * 1 + 0.1 (n - 1) one-row forwards, no context or host term) two decoding requests whose drafts
  * are always right draft as much as the budget allows; while a prompt is prefilled next to them,
@@ -759,6 +820,7 @@ int main(void) {
     DSP_RUN(test_calibration);
     DSP_RUN(test_calibration_skips_setup);
     DSP_RUN(test_profile_time_not_host);
+    DSP_RUN(test_verify_failure_in_batch);
     DSP_RUN(test_sampling_equals_baseline);
     DSP_RUN(test_greedy_lossless);
     dsp_engine_destroy(g_e);
