@@ -82,12 +82,21 @@ bool dsp_mem_populate(void *p, size_t n) {
 
 void *dsp_mem_map(size_t n) {
     if (!n) return NULL;
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), len = (n + pg - 1) / pg * pg;
+    if (len < n || len > SIZE_MAX - 2 * pg) return NULL;
+    uint8_t *p = mmap(NULL, len + 2 * pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (mprotect(p + pg, len, PROT_READ | PROT_WRITE)) {
+        munmap(p, len + 2 * pg);
+        return NULL;
+    }
+    return p + pg;
 }
 
 void dsp_mem_unmap(void *p, size_t n) {
-    if (p) munmap(p, n);
+    if (!p) return;
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), len = (n + pg - 1) / pg * pg;
+    munmap((uint8_t *)p - pg, len + 2 * pg);
 }
 
 dsp_status dsp_file_map_open(const char *path, dsp_file_map *m) {

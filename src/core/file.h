@@ -39,7 +39,10 @@ bool dsp_mem_populate(void *p, size_t n);
 
 /* n zeroed bytes in their own anonymous mapping (NULL when none): a large buffer that never lands
  * in malloc's heap, so its pages go back to the system when it is released (dsp_mem_unmap with the
- * same n) instead of staying resident as free heap that later allocations reuse. */
+ * same n) instead of staying resident as free heap that later allocations reuse. An inaccessible
+ * page on either side keeps the kernel from merging it with a neighbouring mapping (so
+ * /proc/PID/smaps shows it at its own size: test_engine finds the K/V pool that way) and turns an
+ * overrun into a fault. */
 void *dsp_mem_map(size_t n);
 void dsp_mem_unmap(void *p, size_t n);
 
