@@ -702,12 +702,17 @@ static void observe(dsp_engine *e, dsp_req *r, uint32_t n_new, int32_t drafted, 
  * scratch of the thread that runs it; decode_done then takes each result in batch order. A
  * verification reads and writes only its request's state (history, RNG) and reads its logits rows,
  * so the results are the serial loop's, bit for bit. */
+/* r's verification of k drafts from its logits rows, on the scratch s and d */
+static dsp_status verify_req(dsp_engine *e, dsp_req *r, int32_t k, dsp_sample_scratch *s, dsp_sample_dist *d, int32_t *out, int32_t *n_out) {
+    const int V = e->n_vocab;
+    return e->verify(e->logits + (size_t)r->logit0 * (size_t)V, V, k, r->draft, k > 0 && r->sampled ? r->q : NULL, &r->hist, &r->sp, &r->rng, s, d,
+                     out, n_out);
+}
+
 static void verify_task(void *ctx, int task, int thread) {
     dsp_engine *e = ctx;
     dsp_req *r = e->vreqs[task];
-    const int V = e->n_vocab;
-    r->vst = e->verify(e->logits + (size_t)r->logit0 * (size_t)V, V, r->k, r->draft, r->k > 0 && r->sampled ? r->q : NULL, &r->hist, &r->sp,
-                       &r->rng, &e->vs[thread], &e->vd[thread], r->vout, &r->vn);
+    r->vst = verify_req(e, r, r->k, &e->vs[thread], &e->vd[thread], r->vout, &r->vn);
     if (r->vst) snprintf(r->error, sizeof r->error, "%s", dsp_last_error()); /* the message is this thread's */
     r->verified = true;
 }
@@ -739,8 +744,7 @@ static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
         memcpy(out, r->vout, sizeof(int32_t) * (size_t)n_out);
     } else {
         st = e->argmax_round ? dsp_spec_verify_argmax(e->argmax + r->logit0, V, k, r->draft, &r->hist, &r->sp, &r->rng, out, &n_out)
-                             : e->verify(logits, V, k, r->draft, k > 0 && r->sampled ? r->q : NULL, &r->hist, &r->sp, &r->rng, &e->scratch, &e->dist,
-                                         out, &n_out);
+                             : verify_req(e, r, k, &e->scratch, &e->dist, out, &n_out);
         if (st) {
             fail(e, r, st);
             return;
