@@ -1,4 +1,5 @@
-/* core/log: leveled logging to stderr. The level is process-wide; set it once at start-up. */
+/* core/log: leveled logging to stderr. The level is process-wide: info by default, the environment
+ * variable DSPARK_LOG=debug|info|warn|error|none, or dsp_log_set_level once at start-up. */
 #ifndef DSP_CORE_LOG_H
 #define DSP_CORE_LOG_H
 

@@ -480,6 +480,8 @@ static int32_t worth_drafting(dsp_engine *e, dsp_req *r, int32_t cap, float draf
     dsp_cost_req c = {block_accept_p(e, r), NULL, cap, r->n_tokens, 0};
     const float scale = (float)(dsp_engine_cost_scale(e, DSP_ROUND_BLOCK) / dsp_engine_cost_scale(e, DSP_ROUND_PLAIN));
     dsp_cost_choose_max(&e->prof, n_decode, 0, n_decode, host_cost(e), draft_cost, scale, &c, 1, -1);
+    DSP_LOGD("worth drafting: p %.3f (pool %.1f/%.1f), cap %d, %d decoding, host %.3f, drafter %.3f, block/plain scale %.3f: k %d",
+             c.p, e->acc_pool[0].s, e->acc_pool[0].t, cap, n_decode, host_cost(e), draft_cost, scale, c.k);
     return c.k;
 }
 
@@ -501,6 +503,8 @@ static pick_src pick_source(dsp_engine *e, dsp_req *r, int32_t k_lookup, int32_t
         look = dsp_cost_rate(&e->prof, n_decode, host_cost(e), dsp_accept_p(&r->acc[dsp_accept_bucket(match_len)]), k_lookup) /
                dsp_engine_cost_scale(e, DSP_ROUND_LOOKUP);
     if (block_cap > 0) blk = rate_block(e, r, block_cap, n_decode);
+    DSP_LOGD("pick: rates none %.4f, lookup %.4f (k %d, match %d), block %.4f (p %.3f, cap %d)", none, look, k_lookup, match_len, blk,
+             block_cap > 0 ? block_accept_p(e, r) : 0.0f, block_cap);
     if (blk > (1.0 + DSP_COST_MARGIN) * none && blk > look) return PICK_BLOCK;
     return look > none ? PICK_LOOKUP : PICK_NONE;
 }
