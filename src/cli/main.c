@@ -1,6 +1,7 @@
 /* cli/main: `dspark <command> [args]` dispatch, --help and --version. */
 #include "cli/cli.h"
 
+#include "core/log.h"
 #include "core/version.h"
 #include "dspark.h"
 
@@ -62,6 +63,7 @@ int main(int argc, char **argv) {
         printf("dspark %s (commit %s)\n", DSP_VERSION, dsp_git_commit);
         return 0;
     }
+    (void)dsp_log_get_level(); /* reads DSPARK_LOG now: a bad value is reported before any work */
     for (size_t i = 0; i < N_CMDS; i++)
         if (!strcmp(argv[1], g_cmds[i].name)) return g_cmds[i].run(argc - 1, argv + 1);
     fprintf(stderr, "dspark: unknown command '%s'\n\n", argv[1]);

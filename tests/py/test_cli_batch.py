@@ -86,3 +86,19 @@ def test_bad_lines_are_answered_with_errors():
 def test_missing_input_file():
     p = subprocess.run([BIN, "batch", "-m", MODEL, "-i", "/nonexistent/requests.jsonl"], capture_output=True, timeout=60)
     assert p.returncode == 1 and b"/nonexistent/requests.jsonl" in p.stderr
+
+
+def test_log_level_from_environment():
+    """DSPARK_LOG: debug adds --max-draft auto's per-round lines; a bad value is named, and ignored."""
+    args = [BIN, "generate", "-m", MODEL, "-t", "2", "-p", "one two three one two three one two", "-n", "8",
+            "--temperature", "0", "--mode", "lookup", "--max-draft", "auto"]
+    env = dict(os.environ)
+    base = subprocess.run(args, capture_output=True, timeout=120, env=env)
+    assert base.returncode == 0 and b"dspark debug:" not in base.stderr
+    env["DSPARK_LOG"] = "debug"
+    dbg = subprocess.run(args, capture_output=True, timeout=120, env=env)
+    assert dbg.returncode == 0 and b"dspark debug: round kind" in dbg.stderr, dbg.stderr
+    assert dbg.stdout == base.stdout  # logging changes nothing else
+    env["DSPARK_LOG"] = "loud"
+    bad = subprocess.run(args, capture_output=True, timeout=120, env=env)
+    assert bad.returncode == 0 and b"DSPARK_LOG=loud is not one of" in bad.stderr and bad.stdout == base.stdout
