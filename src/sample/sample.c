@@ -192,6 +192,9 @@ int32_t dsp_sample_argmax(const float *logits, int32_t n_vocab) {
     int32_t best = 0;
     float bv = -INFINITY;
     for (int32_t i = 0; i < n_vocab; i++) {
+        /* only a value above the best can win once read (NaN and -inf never are; +inf is read as
+         * FLT_MAX), so the common case is one comparison */
+        if (!(logits[i] > bv)) continue;
         const float z = read_logit(logits[i]);
         if (z > bv) bv = z, best = i;
     }
