@@ -9,6 +9,9 @@
  *  - AVX2 and AVX-512 matmuls/dots are bitwise equal where both run;
  *  - dot, rmsnorm, softmax, SwiGLU, axpy, argmax vs the reference (NMSE, or exact where the
  *    kernel promises it);
+ *  - the sampler's kernels (sample_weights, sample_mass, sample_probs, sample_keys): bitwise equal
+ *    to the reference, weights, sums, p and kept lists, keys and block maxima, at every tail
+ *    length, with -inf logits, weights through the subnormals to 0, and each keep rule;
  *  - 8-bit activations: quantize_q8 bitwise equal to the scalar quantizer (odd values, zero, NaN
  *    and inf blocks); matmul_q8 bitwise equal to the q8 block order (dsp_cpu_q8_dot_ref) for 1 and
  *    n rows, any weight-row split, every q8 weight type, tails; and the oracle itself against a
@@ -22,6 +25,7 @@
 #include "core/quant.h"
 #include "rand_weights.h"
 #include "sample/sample.h"
+#include "sample/sample_kernels.h"
 
 #include <float.h>
 #include <math.h>
@@ -563,6 +567,74 @@ static void test_argmax(void) {
     free(x);
 }
 
+/* the sampler's step-6 kernels (ops.h): every table gives the reference's bits */
+static void test_sample_kernels(void) {
+    const int64_t lens[] = {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1000, 4097};
+    const int64_t nmax = 4097;
+    float *z = xalloc(sizeof(float) * (size_t)nmax), *pa = xalloc(sizeof(float) * (size_t)nmax), *pb = xalloc(sizeof(float) * (size_t)nmax);
+    double *wa = xalloc(sizeof(double) * (size_t)nmax), *wb = xalloc(sizeof(double) * (size_t)nmax);
+    int32_t *ka = xalloc(sizeof(int32_t) * (size_t)nmax), *kb = xalloc(sizeof(int32_t) * (size_t)nmax);
+    const struct { float scale; double t, min_w; float z_thr; } cs[] = {
+        {3.0f, 1.0, 0.0, -INFINITY}, {3.0f, 0.7, 0.05, -INFINITY}, {3.0f, 1.3, 0.0, 1.5f},  {3.0f, 1.0, 0.01, -2.0f},
+        {400.0f, 1.0, 0.0, -INFINITY}, {400.0f, 1.0, 0.0, -400.0f}, {3.0f, 1e-30, 0.0, -INFINITY}, {1.0f, 1e30, 0.0, -INFINITY},
+        /* powers of two (the kernels may multiply by 1 / t): ordinary, the smallest float, both ends of the normal doubles */
+        {3.0f, 0.5, 0.0, -INFINITY}, {3.0f, 0x1p-149, 0.0, -INFINITY}, {1e-30f, 0x1p-1022, 0.0, -INFINITY}, {3.0f, 0x1p1023, 0.0, -INFINITY},
+        {400.0f, 0x1p-4, 0.0, -INFINITY},
+    };
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        const int64_t n = lens[li];
+        for (size_t c = 0; c < sizeof cs / sizeof *cs; c++) {
+            float zmax = -INFINITY;
+            for (int64_t i = 0; i < n; i++) {
+                z[i] = cs[c].scale * frnd();
+                if (i % 7 == 3) z[i] = -INFINITY;
+                zmax = z[i] > zmax ? z[i] : zmax;
+            }
+            if (zmax == -INFINITY) zmax = 0.0f;
+            const double sa = dsp_cpu_sample_weights(z, n, zmax, cs[c].t, cs[c].min_w, wa);
+            for (int64_t i = 0; i < n; i++) { /* the reference is dsp_sample_exp, compiled as it is */
+                const double e = dsp_sample_exp(((double)z[i] - zmax) / cs[c].t);
+                CHECK_MSG(!memcmp(&e, &wa[i], sizeof e), "reference weight %lld of %lld: %a, want %a", (long long)i, (long long)n, wa[i], e);
+            }
+            const double ma = dsp_cpu_sample_mass(z, wa, n, cs[c].z_thr, cs[c].min_w);
+            int32_t nka = -1;
+            const double qa = dsp_cpu_sample_probs(z, wa, n, cs[c].z_thr, cs[c].min_w, ma > 0.0 ? ma : 1.0, pa, ka, &nka);
+            for (int t = 0; t < g_n_tables; t++) {
+                const dsp_cpu_ops *o = g_tables[t];
+                const double sb = o->sample_weights(z, n, zmax, cs[c].t, cs[c].min_w, wb);
+                const double mb = o->sample_mass(z, wb, n, cs[c].z_thr, cs[c].min_w);
+                int32_t nkb = -2;
+                const double qb = o->sample_probs(z, wb, n, cs[c].z_thr, cs[c].min_w, ma > 0.0 ? ma : 1.0, pb, kb, &nkb);
+                CHECK_MSG(!memcmp(wa, wb, sizeof(double) * (size_t)n) && !memcmp(&sa, &sb, sizeof sa), "%s sample_weights n=%lld case %zu",
+                          o->name, (long long)n, c);
+                CHECK_MSG(!memcmp(&ma, &mb, sizeof ma), "%s sample_mass n=%lld case %zu: %a vs %a", o->name, (long long)n, c, mb, ma);
+                CHECK_MSG(nka == nkb && !memcmp(pa, pb, sizeof(float) * (size_t)n) && !memcmp(ka, kb, sizeof(int32_t) * (size_t)nka) &&
+                              !memcmp(&qa, &qb, sizeof qa),
+                          "%s sample_probs n=%lld case %zu: kept %d vs %d", o->name, (long long)n, c, nkb, nka);
+            }
+        }
+    }
+    /* keys and block maxima: any bit pattern (NaN, -0, inf included) */
+    uint32_t *kya = xalloc(sizeof(uint32_t) * (size_t)nmax), *kyb = xalloc(sizeof(uint32_t) * (size_t)nmax);
+    uint32_t bma[65], bmb[65];
+    for (size_t li = 1; li < sizeof lens / sizeof *lens; li++) {
+        const int64_t n = lens[li];
+        for (int64_t i = 0; i < n; i++) {
+            const uint32_t u = i % 5 == 0 ? 0x80000000u : i % 5 == 1 ? 0u : rnd();
+            memcpy(&z[i], &u, sizeof u);
+        }
+        dsp_cpu_sample_keys(z, n, kya, bma);
+        for (int64_t i = 0; i < n; i++) CHECK(kya[i] == dsp_sample_key(z[i]));
+        for (int t = 0; t < g_n_tables; t++) {
+            g_tables[t]->sample_keys(z, n, kyb, bmb);
+            const size_t nb = (size_t)(n + DSP_SAMPLE_KEY_BLOCK - 1) / DSP_SAMPLE_KEY_BLOCK;
+            CHECK_MSG(!memcmp(kya, kyb, sizeof(uint32_t) * (size_t)n) && !memcmp(bma, bmb, sizeof(uint32_t) * nb), "%s sample_keys n=%lld",
+                      g_tables[t]->name, (long long)n);
+        }
+    }
+    free(z), free(pa), free(pb), free(wa), free(wb), free(ka), free(kb), free(kya), free(kyb);
+}
+
 int main(void) {
     static const char *const names[] = {"scalar", "avx2", "avx2vnni", "avx512", "avx512vnni"};
     for (int i = 0; i < 5; i++) {
@@ -579,6 +651,7 @@ int main(void) {
     DSP_RUN(test_q8_extremes);
     DSP_RUN(test_small);
     DSP_RUN(test_argmax);
+    DSP_RUN(test_sample_kernels);
     DSP_RUN(test_attention_chunks);
     DSP_RUN(test_panels);
     return dsp_test_summary();

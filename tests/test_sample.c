@@ -2,12 +2,15 @@
  * top-p paths against a slow full-sort reference, history push/pop equivalence, chi-square tests
  * of the samplers (fixed seeds, so deterministic) including the verifier's rejection-sampling
  * helpers, logprobs, and the Hugging Face oracle fixtures (tests/fixtures/sampling/ (JSON) written
- * by tools/gen_sampling_fixtures.py). */
+ * by tools/gen_sampling_fixtures.py). The own exp against libm's (at most 1 ulp apart), and the
+ * processed distribution bit for bit the same with every CPU kernel table this machine runs. */
 #include "dsp_stats.h"
 #include "dsp_test.h"
 
+#include "backend/cpu/ops.h"
 #include "sample/rng.h"
 #include "sample/sample.h"
+#include "sample/sample_kernels.h"
 
 #include <float.h>
 #include <jansson.h>
@@ -495,8 +498,9 @@ static int ref_cmp(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* sample.h step 6 written the obvious way: full sort, then top-k, top-p, min-p. Same summation
- * orders (totals ascending id, top-p running sum in sorted order), so the bits must agree. */
+/* sample.h step 6 written the obvious way: full sort, then top-k, top-p, min-p. Same exp and
+ * summation orders (totals ascending id, top-p running sum in sorted order), so the bits must
+ * agree. */
 static void ref_process(const float *x, int32_t V, const dsp_sample_params *p, float *prob, ref_ent *e,
                         double *w, bool *keep) {
     for (int32_t i = 0; i < V; i++) e[i] = (ref_ent){x[i], i};
@@ -504,7 +508,7 @@ static void ref_process(const float *x, int32_t V, const dsp_sample_params *p, f
     double zmax = e[0].z, T = p->temperature;
     for (int32_t i = 0; i < V; i++) {
         keep[i] = true;
-        w[i] = exp(((double)x[i] - zmax) / T);
+        w[i] = dsp_sample_exp(((double)x[i] - zmax) / T);
     }
     if (p->top_k > 0 && p->top_k < V)
         for (int32_t i = 0; i < V; i++) keep[i] = x[i] >= e[p->top_k - 1].z;
@@ -543,11 +547,21 @@ static void test_large_vocab_vs_reference(void) {
         {3.0f, 1.0f, 50, 1.0f, 0.0f},
         {3.0f, 1.2f, 1000, 0.8f, 0.01f},
         {2.0f, 0.7f, 40, 0.9f, 0.05f},
+        /* no top-k: whole-row kernels */
+        {3.0f, 1.0f, 0, 1.0f, 0.0f},
+        {3.0f, 1.0f, 0, 1.0f, 0.05f},
+        {2.0f, 0.9f, 0, 0.9f, 0.02f},
+        {1.0f, 1.0f, 0, 0.5f, 0.0f},     /* -inf tokens (below) */
+        {300.0f, 1.0f, 0, 1.0f, 0.0f},   /* weights down to 0 through the subnormals */
+        {300.0f, 1.0f, 0, 0.999f, 0.0f}, /* (and the top token alone is 0.999 of the mass) */
+        {300.0f, 1.0f, 5000, 0.999f, 0.0f},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         random_logits(x, V, 100 + k, cases[k].scale);
         if (k == 2) /* many exact ties, some at the top-k boundary */
             for (int32_t i = 0; i < V; i++) x[i] = roundf(x[i] * 4.0f) / 4.0f;
+        if (k == 8)
+            for (int32_t i = 0; i < V; i += 3) x[i] = -INFINITY;
         dsp_sample_params p = dsp_sample_params_default();
         p.temperature = cases[k].T;
         p.top_k = cases[k].k;
@@ -562,7 +576,7 @@ static void test_large_vocab_vs_reference(void) {
         }
         CHECK_MSG(bad == 0 && nk == c.d.n_kept, "case %zu: %d differ, kept %d vs %d", k, bad, nk,
                   c.d.n_kept);
-        CHECK(c.d.n_kept > 1);
+        CHECK_MSG(c.d.n_kept > 1 || cases[k].scale > 100.0f, "case %zu: one token kept", k);
     }
     ctx_free(&c);
     free(x);
@@ -570,6 +584,115 @@ static void test_large_vocab_vs_reference(void) {
     free(e);
     free(w);
     free(keep);
+}
+
+/* ---- the own exp, and every kernel table --------------------------------------------------- */
+
+static int64_t ulp_distance(double a, double b) {
+    int64_t x, y;
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    return x > y ? x - y : y - x; /* both >= 0: the bit patterns order like the values */
+}
+
+/* dsp_sample_exp against libm's exp on the sampler's domain: uniform over [-746, 0], [-40, 0] and
+ * [-1, 0], tiny arguments, the subnormal results (below -708), and both sides of every rounding
+ * boundary of k (x near (j + 1/2) ln2). At most 1 ulp apart; the worst and the share that differs
+ * are printed. */
+static void test_own_exp(void) {
+    CHECK(dsp_sample_exp(0.0) == 1.0 && dsp_sample_exp(-0.0) == 1.0);
+    CHECK(dsp_sample_exp(-INFINITY) == 0.0 && dsp_sample_exp(-746.0) == 0.0 && dsp_sample_exp(-1e300) == 0.0);
+    CHECK(dsp_sample_exp(-745.2) == 0.0 && dsp_sample_exp(-745.0) > 0.0); /* the smallest subnormal */
+    dsp_rng r;
+    dsp_rng_seed(&r, 77);
+    const long n = 3000000;
+    long differ = 0;
+    int64_t worst = 0;
+    double worst_at = 0.0;
+    for (long i = 0; i < n + 2 * 1076; i++) {
+        const double u = dsp_rng_uniform(&r);
+        double x;
+        if (i >= n) { /* k's rounding boundaries, from both sides */
+            const long j = (i - n) / 2;
+            x = -((double)j + 0.5) * 0.6931471805599453 + ((i - n) % 2 ? 1e-13 : -1e-13);
+            if (x > 0.0) x = 0.0;
+        } else {
+            switch (i % 6) {
+            case 0: x = -746.0 * u; break;
+            case 1: x = -40.0 * u; break;
+            case 2: x = -u; break;
+            case 3: x = -1e-6 * u; break;
+            case 4: x = -708.0 - 38.0 * u; break;
+            default: x = -ldexp(1.0, -(int)(1074.0 * u)); break; /* magnitudes down to 2^-1074 */
+            }
+        }
+        const int64_t d = ulp_distance(dsp_sample_exp(x), exp(x));
+        differ += d != 0;
+        if (d > worst) worst = d, worst_at = x;
+    }
+    fprintf(stderr, "  own exp vs libm: max %lld ulp (at %a), %.2f%% of %ld points differ\n", (long long)worst, worst_at,
+            100.0 * (double)differ / (double)(n + 2 * 1076), n + 2 * 1076);
+    CHECK_MSG(worst <= 1, "own exp %lld ulp from libm at %a", (long long)worst, worst_at);
+}
+
+/* dsp_sample_process with each CPU kernel table this machine runs (scratch.ops) against the
+ * scalar reference table: p, kept, n_kept, argmax, p_sum and log_mass bit for bit, over odd
+ * vocabulary sizes (vector tails), -inf/NaN/+inf logits, weights that underflow through the
+ * subnormals, and every path of step 6. */
+static void test_tables_bitwise(void) {
+    static const char *const names[] = {"avx2", "avx2vnni", "avx512", "avx512vnni"};
+    static const int32_t sizes[] = {1, 3, 7, 8, 9, 33, 65, 1000, 4099, 49157};
+    struct { float T; int32_t k; float p, min_p; } prm[] = {
+        {1.0f, 0, 1.0f, 0.0f}, {0.7f, 0, 1.0f, 0.05f}, {1.3f, 0, 0.9f, 0.0f}, {1.0f, 0, 0.95f, 0.02f},
+        {2.0f, 0, 0.3f, 0.0f}, {1.0f, 40, 1.0f, 0.0f}, {0.8f, 40, 0.9f, 0.01f}, {0.0f, 0, 1.0f, 0.0f},
+        {0.01f, 0, 1.0f, 0.0f}, {1e-30f, 0, 0.99f, 0.0f},
+    };
+    int n_tables = 0;
+    for (size_t t = 0; t < sizeof names / sizeof *names; t++) {
+        const dsp_cpu_ops *o = dsp_cpu_ops_get(names[t]);
+        if (!o) continue;
+        n_tables++;
+        for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+            const int32_t V = sizes[si];
+            float *x = malloc((size_t)V * sizeof *x);
+            ctx a, b;
+            ctx_init(&a, V);
+            ctx_init(&b, V);
+            a.s.ops = &dsp_cpu_ops_scalar;
+            b.s.ops = o;
+            for (int rows = 0; rows < 3; rows++) {
+                dsp_rng r;
+                dsp_rng_seed(&r, 1000 + (uint64_t)(si * 7 + (size_t)rows));
+                for (int32_t i = 0; i < V; i++) {
+                    x[i] = 3.0f * normal(&r);
+                    if (rows == 1) x[i] *= 100.0f; /* (z - zmax) / T through -746: subnormal weights, zeros */
+                    if (rows == 2 && i % 5 == 1) x[i] = i % 3 ? -INFINITY : NAN;
+                }
+                if (rows == 2 && V > 4) x[V / 2] = INFINITY, x[V - 1] = INFINITY;
+                for (size_t q = 0; q < sizeof prm / sizeof *prm; q++) {
+                    dsp_sample_params p = dsp_sample_params_default();
+                    p.temperature = prm[q].T;
+                    p.top_k = prm[q].k;
+                    p.top_p = prm[q].p;
+                    p.min_p = prm[q].min_p;
+                    CHECK_EQ_INT(dsp_sample_process(x, NULL, &p, &a.s, &a.d), DSP_OK);
+                    CHECK_EQ_INT(dsp_sample_process(x, NULL, &p, &b.s, &b.d), DSP_OK);
+                    const bool same = a.d.n_kept == b.d.n_kept && a.d.argmax == b.d.argmax &&
+                                      !memcmp(a.d.p, b.d.p, (size_t)V * sizeof *a.d.p) &&
+                                      !memcmp(a.d.kept, b.d.kept, (size_t)a.d.n_kept * sizeof *a.d.kept) &&
+                                      !memcmp(&a.d.p_sum, &b.d.p_sum, sizeof a.d.p_sum) &&
+                                      !memcmp(&a.d.log_mass, &b.d.log_mass, sizeof a.d.log_mass);
+                    CHECK_MSG(same, "%s vs scalar: V %d row %d params %zu: kept %d vs %d, p_sum %a vs %a", o->name, V, rows, q,
+                              b.d.n_kept, a.d.n_kept, b.d.p_sum, a.d.p_sum);
+                }
+            }
+            free(x);
+            ctx_free(&a);
+            ctx_free(&b);
+        }
+    }
+    if (!n_tables) dsp_test_skip("no vector kernel table runs on this CPU");
+    fprintf(stderr, "  %d vector table(s) compared with the scalar one\n", n_tables);
 }
 
 /* ---- statistics ----------------------------------------------------------------------------- */
@@ -929,6 +1052,8 @@ int main(void) {
     DSP_RUN(test_presence_frequency);
     DSP_RUN(test_history_push_pop);
     DSP_RUN(test_large_vocab_vs_reference);
+    DSP_RUN(test_own_exp);
+    DSP_RUN(test_tables_bitwise);
     DSP_RUN(test_chi_square_sampling);
     DSP_RUN(test_rejection_sampling_is_lossless);
     DSP_RUN(test_reproducible_with_seed);

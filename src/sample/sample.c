@@ -1,13 +1,20 @@
 /* sample/sample: logit processors, processed distribution, samplers, logprobs. See sample.h for
  * the pipeline and its semantics; this file owns the algorithms:
- *   - float -> ordered uint32 keys and an exact radix select of the k-th largest key (three
- *     passes of 11/11/10 bits, O(n) worst case, no sort, result independent of input order);
+ *   - float -> ordered uint32 keys and an exact select of the k-th largest key: a lower bound
+ *     from the maxima of 64-key blocks, then a radix select (three passes of 11/11/10 bits) over
+ *     the keys above it; O(n), no sort, result independent of input order;
  *   - penalties from counts rebuilt in scratch over the history windows, then zeroed again
  *     (invariant: scratch gen_count / win_count are all zero between calls);
  *   - top-p by sorting only a growing top-m prefix (m = 64, x8, ...) until the mass is reached;
- *     small prefixes by qsort, large ones by a stable LSD radix sort (same order, O(n)).
+ *     small prefixes by qsort, large ones by a stable LSD radix sort (same order, O(n));
+ *   - step 6 over a whole row (no top-k) through the CPU kernel table (backend/cpu/ops.h,
+ *     sample_*: weights with the own exp, masses, p, keys), vectorized where the CPU allows and
+ *     bit-identical in every table; with top-k, over the few survivors one by one here.
  * Nothing here allocates, uses globals or threads; every sum has a fixed order. */
 #include "sample/sample.h"
+
+#include "backend/cpu/ops.h"
+#include "sample/sample_kernels.h"
 
 #include <float.h>
 #include <math.h>
@@ -15,12 +22,7 @@
 #include <string.h>
 
 #define DSP_SAMPLE_MAX_VOCAB (1 << 24)
-
-typedef struct cand {
-    double w;     /* exp((z - z_max) / T) */
-    uint32_t key; /* ordered key of z */
-    int32_t id;
-} cand;
+#define KB DSP_SAMPLE_KEY_BLOCK /* keys per block of the block maxima (64) */
 
 /* ---- params, history ------------------------------------------------------------------------ */
 
@@ -115,11 +117,15 @@ dsp_status dsp_sample_history_pop(dsp_sample_history *h, uint32_t n) {
 /* ---- buffers -------------------------------------------------------------------------------- */
 
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
+/* blocks of KB keys; scratch tmp: up to V keys, then two lists of block maxima (kth_largest) */
+static size_t n_blocks(size_t n) { return (n + KB - 1) / KB; }
+static size_t tmp_len(size_t v) { return v + 2 * n_blocks(v); }
 
 size_t dsp_sample_scratch_bytes(int32_t n_vocab) {
     if (n_vocab < 1 || n_vocab > DSP_SAMPLE_MAX_VOCAB) return 0;
     size_t v = (size_t)n_vocab;
-    return align16(v * sizeof(cand)) + align16(2 * v * sizeof(uint64_t)) + 3 * align16(v * sizeof(uint32_t));
+    return align16(v * sizeof(double)) + align16(2 * v * sizeof(uint64_t)) + 4 * align16(v * sizeof(uint32_t)) +
+           align16(tmp_len(v) * sizeof(uint32_t));
 }
 
 dsp_status dsp_sample_scratch_init(dsp_sample_scratch *s, void *mem, size_t bytes, int32_t n_vocab) {
@@ -132,12 +138,17 @@ dsp_status dsp_sample_scratch_init(dsp_sample_scratch *s, void *mem, size_t byte
     size_t v = (size_t)n_vocab;
     char *m = mem;
     s->n_vocab = n_vocab;
-    s->cand = m;
-    m += align16(v * sizeof(cand));
+    s->ops = dsp_cpu_ops_best();
+    s->w = (double *)(void *)m;
+    m += align16(v * sizeof(double));
+    s->key = (uint32_t *)(void *)m;
+    m += align16(v * sizeof(uint32_t));
+    s->id = (int32_t *)(void *)m;
+    m += align16(v * sizeof(uint32_t));
     s->items = (uint64_t *)(void *)m;
     m += align16(2 * v * sizeof(uint64_t));
     s->tmp = (uint32_t *)(void *)m;
-    m += align16(v * sizeof(uint32_t));
+    m += align16(tmp_len(v) * sizeof(uint32_t));
     s->gen_count = (uint32_t *)(void *)m;
     m += align16(v * sizeof(uint32_t));
     s->win_count = (uint32_t *)(void *)m;
@@ -181,44 +192,109 @@ int32_t dsp_sample_argmax(const float *logits, int32_t n_vocab) {
     int32_t best = 0;
     float bv = -INFINITY;
     for (int32_t i = 0; i < n_vocab; i++) {
+        /* only a value above the best can win once read (NaN and -inf never are; +inf is read as
+         * FLT_MAX), so the common case is one comparison */
+        if (!(logits[i] > bv)) continue;
         const float z = read_logit(logits[i]);
         if (z > bv) bv = z, best = i;
     }
     return bv == -INFINITY ? -1 : best;
 }
 
-/* Order-preserving map float -> uint32 (larger float, larger key); -0 maps like +0. */
-static uint32_t fkey(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if (u == 0x80000000u) u = 0;
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+/* The float with key k (+0 for the key of -0 and +0): for a non-NaN z, dsp_sample_key(z) >= k iff
+ * z >= funkey(k), which lets the kernels compare logits instead of keys. */
+static float funkey(uint32_t k) {
+    uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
-/* The k-th largest (1 <= k <= n) of t[0, n); t is clobbered. MSD radix select: at each digit,
- * count, find the bucket holding the k-th largest, keep only that bucket. */
-static uint32_t radix_kth_largest(uint32_t *t, size_t n, size_t k) {
-    static const int shift[3] = {21, 10, 0};
-    static const uint32_t mask[3] = {0x7ff, 0x7ff, 0x3ff};
-    uint32_t result = 0;
-    for (int pass = 0; pass < 3; pass++) {
-        uint32_t hist[2048] = {0};
-        for (size_t i = 0; i < n; i++) hist[(t[i] >> shift[pass]) & mask[pass]]++;
-        uint32_t b = mask[pass];
-        size_t above = 0;
-        for (;; b--) {
-            if (above + hist[b] >= k) break;
-            above += hist[b];
-            if (b == 0) break; /* unreachable when 1 <= k <= n */
+/* One digit of radix_kth_largest: count, find the bucket holding the k-th largest of t[0, *n),
+ * keep only that bucket (*n, *k updated); returns the bucket. Large inputs count into four
+ * interleaved tables: logits put long runs into a few buckets, and one table would make each
+ * increment wait for the previous one to the same counter. */
+static inline uint32_t radix_digit(uint32_t *t, size_t *n_io, size_t *k_io, int shift, uint32_t mask) {
+    uint32_t h[4][2048];
+    const size_t n = *n_io, nt = n >= 4096 ? 4 : 1;
+    for (size_t j = 0; j < nt; j++) memset(h[j], 0, ((size_t)mask + 1) * sizeof h[j][0]);
+    size_t i = 0;
+    if (nt == 4)
+        for (; i + 4 <= n; i += 4) {
+            h[0][(t[i] >> shift) & mask]++;
+            h[1][(t[i + 1] >> shift) & mask]++;
+            h[2][(t[i + 2] >> shift) & mask]++;
+            h[3][(t[i + 3] >> shift) & mask]++;
         }
-        k -= above;
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++)
-            if (((t[i] >> shift[pass]) & mask[pass]) == b) t[m++] = t[i];
-        n = m;
-        result |= b << shift[pass];
+    for (; i < n; i++) h[0][(t[i] >> shift) & mask]++;
+    uint32_t b = mask;
+    size_t above = 0, k = *k_io;
+    for (;; b--) {
+        size_t c = h[0][b];
+        for (size_t j = 1; j < nt; j++) c += h[j][b];
+        if (above + c >= k) break;
+        above += c;
+        if (b == 0) break; /* unreachable when 1 <= k <= n */
     }
-    return result;
+    size_t m = 0;
+    for (size_t i0 = 0; i0 < n; i0 += 64) {
+        const size_t i1 = n - i0 < 64 ? n : i0 + 64;
+        int any = 0; /* vectorizable; the bucket is usually small */
+        for (i = i0; i < i1; i++) any |= ((t[i] >> shift) & mask) == b;
+        if (!any) continue;
+        for (i = i0; i < i1; i++) {
+            t[m] = t[i];
+            m += ((t[i] >> shift) & mask) == b;
+        }
+    }
+    *n_io = m;
+    *k_io = k - above;
+    return b;
+}
+
+/* The k-th largest (1 <= k <= n) of t[0, n); t is clobbered. MSD radix select over digits of
+ * 11, 11 and 10 bits. */
+static uint32_t radix_kth_largest(uint32_t *t, size_t n, size_t k) {
+    uint32_t r = radix_digit(t, &n, &k, 21, 0x7ff) << 21;
+    r |= radix_digit(t, &n, &k, 10, 0x7ff) << 10;
+    return r | radix_digit(t, &n, &k, 0, 0x3ff);
+}
+
+/* bm[b] = the largest of key[KB b, KB b + KB) (fewer in the last block), for keys at hand (the
+ * kernels' sample_keys makes both from the logits) */
+static void block_max(const uint32_t *key, size_t n, uint32_t *bm) {
+    for (size_t b = 0; b < n_blocks(n); b++) {
+        const size_t j0 = b * KB, j1 = n - j0 < KB ? n : j0 + KB;
+        uint32_t mx = 0;
+        for (size_t j = j0; j < j1; j++) mx = key[j] > mx ? key[j] : mx;
+        bm[b] = mx;
+    }
+}
+
+/* The k-th largest (1 <= k <= n) of key[0, n) (unchanged), given its block maxima bm; tmp holds
+ * n + n_blocks(n) uint32.
+ * When k is at most the number of blocks: tau = the k-th largest block maximum is a lower bound
+ * (k blocks each hold a key >= tau), so the answer is the k-th largest of the keys >= tau, which
+ * lie in the blocks whose maximum is >= tau: usually a few hundred keys. Otherwise radix select
+ * over them all. Either way the k-th largest value, exactly. */
+static uint32_t kth_largest(const uint32_t *key, const uint32_t *bm, size_t n, size_t k, uint32_t *tmp) {
+    const size_t nb = n_blocks(n);
+    if (k > nb) {
+        memcpy(tmp, key, n * sizeof *tmp);
+        return radix_kth_largest(tmp, n, k);
+    }
+    memcpy(tmp + n, bm, nb * sizeof *tmp);
+    const uint32_t tau = radix_kth_largest(tmp + n, nb, k);
+    size_t m = 0;
+    for (size_t b = 0; b < nb; b++) {
+        if (bm[b] < tau) continue;
+        const size_t j1 = n - b * KB < KB ? n : b * KB + KB;
+        for (size_t j = b * KB; j < j1; j++) {
+            tmp[m] = key[j];
+            m += key[j] >= tau;
+        }
+    }
+    return radix_kth_largest(tmp, m, k);
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -255,25 +331,32 @@ static void sort_items(uint64_t *a, uint64_t *b, size_t n) {
     if (src != a) memcpy(a, src, n * sizeof *a); /* odd pass count: the result is in b */
 }
 
-/* Top-p over c[0, n) (ascending id): the key of the last token to keep; every token with a key
- * >= it is kept (sample.h step 6). items holds 2n uint64. */
-static uint32_t top_p_threshold(const cand *c, size_t n, double top_p, uint32_t *tmp, uint64_t *items) {
-    double total = 0.0;
-    for (size_t j = 0; j < n; j++) total += c[j].w;
+/* Top-p over the candidates j < n (ascending id) with keys key[j] (block maxima bm) and weights
+ * w[j], whose weights sum (ascending) to total: the key of the last token to keep; every token
+ * with a key >= it is kept (sample.h step 6). tmp holds n + n_blocks(n) uint32, items 2n uint64.
+ * The result is the key where the running sum in (key desc, id asc) order first reaches the
+ * target, or 0 (keep all) if it never does: a function of the candidates alone, not of how many
+ * are gathered per round. So tokens with a -inf logit may be passed or not: they come last in
+ * that order and add 0, and the answer is the same. */
+static uint32_t top_p_threshold(const uint32_t *key, const uint32_t *bm, const double *w, size_t n, double total,
+                                double top_p, uint32_t *tmp, uint64_t *items) {
     const double target = top_p * total;
     size_t m = n < 64 ? n : 64;
     for (;;) {
-        for (size_t j = 0; j < n; j++) tmp[j] = c[j].key;
-        uint32_t thr = radix_kth_largest(tmp, n, m);
+        const uint32_t thr = kth_largest(key, bm, n, m, tmp);
         size_t ng = 0;
-        for (size_t j = 0; j < n; j++)
-            if (c[j].key >= thr) items[ng++] = ((uint64_t)~c[j].key << 32) | (uint64_t)j;
+        for (size_t b = 0; b < n_blocks(n); b++) {
+            if (bm[b] < thr) continue; /* most blocks hold nothing to gather */
+            const size_t j1 = n - b * KB < KB ? n : b * KB + KB;
+            for (size_t j = b * KB; j < j1; j++)
+                if (key[j] >= thr) items[ng++] = ((uint64_t)~key[j] << 32) | (uint64_t)j;
+        }
         sort_items(items, items + n, ng);
         double cum = 0.0;
         for (size_t i = 0; i < ng; i++) {
-            const cand *e = &c[(uint32_t)items[i]];
-            cum += e->w;
-            if (cum >= target) return e->key;
+            const uint32_t j = (uint32_t)items[i];
+            cum += w[j];
+            if (cum >= target) return key[j];
         }
         /* The gathered prefix holds less than the target: widen it. With everything gathered
          * (rounding left cum a hair below target) keep everything. */
@@ -350,20 +433,29 @@ dsp_status dsp_sample_process(const float *logits, const dsp_sample_history *h,
     st = apply_penalties(z, V, h, prm, s);
     if (st) return st;
 
-    int32_t best = 0;
-    for (int32_t i = 1; i < V; i++)
-        if (z[i] > z[best]) best = i;
-    if (z[best] == -INFINITY)
+    /* the kernels are bit-identical in every table (ops.h); the table is only a matter of speed */
+    const dsp_cpu_ops *o = s->ops ? s->ops : dsp_cpu_ops_best();
+    int64_t best = o->argmax(z, V);
+    if (best < 0)
         return dsp_error(DSP_ERR_INVALID_ARG,
                          "logits: none of the %d values is finite (NaN counts as -inf)", V);
-    d->argmax = best;
+    /* The kernel reads +inf as FLT_MAX (step 0's rule), but a penalty can overflow a processed
+     * logit to +inf (FLT_MAX / a repetition penalty < 1), which is larger: then the first +inf
+     * is the argmax. Both lie at or after the kernel's answer. */
+    if (z[best] == FLT_MAX)
+        for (int64_t i = best; i < V; i++)
+            if (z[i] == INFINITY) {
+                best = i;
+                break;
+            }
+    d->argmax = (int32_t)best;
     d->temperature = prm->temperature;
-    memset(d->p, 0, (size_t)V * sizeof *d->p);
 
     if (prm->temperature == 0.0f) { /* step 5 */
+        memset(d->p, 0, (size_t)V * sizeof *d->p);
         d->greedy = true;
         d->p[best] = 1.0f;
-        d->kept[0] = best;
+        d->kept[0] = (int32_t)best;
         d->n_kept = 1;
         d->log_mass = 0.0;
         d->p_sum = 1.0;
@@ -371,49 +463,69 @@ dsp_status dsp_sample_process(const float *logits, const dsp_sample_history *h,
     }
     d->greedy = false;
 
-    /* step 6: candidates (top-k survivors with a finite logit), ascending id */
-    const double zmax = (double)z[best], T = (double)prm->temperature;
-    uint32_t k_thr = 0;
-    if (prm->top_k > 0 && prm->top_k < V) {
-        for (int32_t i = 0; i < V; i++) s->tmp[i] = fkey(z[i]);
-        k_thr = radix_kth_largest(s->tmp, (size_t)V, (size_t)prm->top_k);
-    }
-    cand *c = s->cand;
-    size_t n = 0;
-    for (int32_t i = 0; i < V; i++) {
-        if (z[i] == -INFINITY) continue;
-        uint32_t key = fkey(z[i]);
-        if (key < k_thr) continue;
-        c[n].w = exp(((double)z[i] - zmax) / T);
-        c[n].key = key;
-        c[n].id = i;
-        n++;
-    }
-    if (prm->top_p < 1.0f) {
-        uint32_t p_thr = top_p_threshold(c, n, (double)prm->top_p, s->tmp, s->items);
-        size_t m = 0;
-        for (size_t j = 0; j < n; j++)
-            if (c[j].key >= p_thr) c[m++] = c[j];
-        n = m;
-    }
-    /* min-p, and drop underflowed weights; w_max = exp(0) = 1 so the bound is min_p itself */
-    const double min_w = (double)prm->min_p;
-    size_t m = 0;
-    for (size_t j = 0; j < n; j++)
-        if (c[j].w > 0.0 && c[j].w >= min_w) c[m++] = c[j];
-    n = m;
-
-    double mass = 0.0;
-    for (size_t j = 0; j < n; j++) mass += c[j].w;
+    /* step 6. Every rule keeps a token iff key >= a threshold (top-k, top-p; 0 = off) and
+     * w > 0 && w >= min_w, so the kept set, its mass and p are filters over the candidates in
+     * ascending id, whichever way the candidates are held. */
+    const double zmax = (double)z[best], T = (double)prm->temperature, min_w = (double)prm->min_p;
+    const bool top_p_on = prm->top_p < 1.0f;
+    double mass = 0.0, psum = 0.0;
     int32_t nk = 0;
-    double psum = 0.0;
-    for (size_t j = 0; j < n; j++) {
-        float pj = (float)(c[j].w / mass);
-        if (pj > 0.0f) {
-            d->p[c[j].id] = pj;
-            d->kept[nk++] = c[j].id;
-            psum += (double)pj;
+    if (prm->top_k > 0 && prm->top_k < V) {
+        /* top-k: the candidates are the few survivors, gathered (ascending id) with their weights */
+        uint32_t *key = s->key, *bm = s->tmp + V + n_blocks((size_t)V);
+        o->sample_keys(z, V, key, bm);
+        const uint32_t k_thr = kth_largest(key, bm, (size_t)V, (size_t)prm->top_k, s->tmp);
+        double *w = s->w;
+        int32_t *id = s->id;
+        size_t n = 0; /* key[] is compacted in place: n <= i */
+        for (int32_t i0 = 0; i0 < V; i0 += KB) {
+            if (bm[i0 / KB] < k_thr) continue; /* survivors are rare */
+            const int32_t i1 = V - i0 < KB ? V : i0 + KB;
+            for (int32_t i = i0; i < i1; i++) {
+                if (key[i] < k_thr || z[i] == -INFINITY) continue;
+                w[n] = dsp_sample_exp(((double)z[i] - zmax) / T);
+                key[n] = key[i];
+                id[n] = i;
+                n++;
+            }
         }
+        uint32_t p_thr = 0;
+        if (top_p_on) {
+            double total = 0.0;
+            for (size_t j = 0; j < n; j++) total += w[j];
+            uint32_t *cbm = s->tmp + n + n_blocks(n);
+            block_max(key, n, cbm);
+            p_thr = top_p_threshold(key, cbm, w, n, total, (double)prm->top_p, s->tmp, s->items);
+        }
+        /* min-p, and drop underflowed weights; w_max = 1 (exp(0)) so the bound is min_p itself */
+        for (size_t j = 0; j < n; j++)
+            if (key[j] >= p_thr && w[j] > 0.0 && w[j] >= min_w) mass += w[j];
+        memset(d->p, 0, (size_t)V * sizeof *d->p);
+        for (size_t j = 0; j < n; j++) {
+            if (!(key[j] >= p_thr && w[j] > 0.0 && w[j] >= min_w)) continue;
+            float pj = (float)(w[j] / mass);
+            if (pj > 0.0f) {
+                d->p[id[j]] = pj;
+                d->kept[nk++] = id[j];
+                psum += (double)pj;
+            }
+        }
+    } else {
+        /* every token is a candidate (a -inf logit has w = 0, which no rule keeps): whole-row
+         * kernels, vectorized where the CPU allows. Without top-p the weights' own sum (over
+         * w >= min_w) is the mass; with it, their sum over all is top-p's total. */
+        double *w = s->w;
+        const double total = o->sample_weights(z, V, zmax, T, top_p_on ? 0.0 : min_w, w);
+        float z_thr = -INFINITY;
+        mass = total;
+        if (top_p_on) {
+            uint32_t *bm = s->tmp + V + n_blocks((size_t)V);
+            o->sample_keys(z, V, s->key, bm);
+            const uint32_t p_thr = top_p_threshold(s->key, bm, w, (size_t)V, total, (double)prm->top_p, s->tmp, s->items);
+            if (p_thr) z_thr = funkey(p_thr);
+            mass = o->sample_mass(z, w, V, z_thr, min_w);
+        }
+        psum = o->sample_probs(z, w, V, z_thr, min_w, mass, d->p, d->kept, &nk);
     }
     d->n_kept = nk;
     d->log_mass = log(mass);

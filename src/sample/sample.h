@@ -20,7 +20,9 @@
  *   5. temperature 0: greedy. dist->argmax = the largest processed logit, ties to the lowest id;
  *      p is one-hot on it. Truncation is skipped (every rule below keeps the top token anyway).
  *   6. temperature T > 0, in Hugging Face's warper order:
- *      w_i = exp((z_i - z_max) / T) in double (so w_argmax = 1 exactly);
+ *      w_i = exp((z_i - z_max) / T) in double, with the project's own exp (dsp_sample_exp,
+ *      sample/sample_kernels.h: within 1 ulp of glibc's, the same bits on every machine and in every
+ *      kernel table; exp(0) = 1, so w_argmax = 1 exactly);
  *      top-k: keep tokens with z >= the k-th largest z; ties at the boundary are all kept (as HF
  *             and vLLM do; llama.cpp keeps exactly k). Radix selection, O(V), no sort.
  *      top-p: order the survivors by (z desc, id asc); keep the shortest prefix whose cumulative
@@ -29,9 +31,11 @@
  *             all kept. Partial: only a growing top-m set is sorted.
  *      min-p: keep tokens with w >= min_p * w_max (= min_p), relative to the top token (HF).
  *      Tokens whose w underflows to 0 are not kept. p_i = w_i / sum(kept w), else 0.
- *   Every sum runs in a fixed order (ascending id unless stated), in double, single-threaded:
- *   the same inputs give the same bits on every run (across machines too, given the same libm
- *   exp/log; everything else is IEEE arithmetic with -ffp-contract=off).
+ *   Every sum runs in a fixed order (ascending id unless stated), in double, single-threaded
+ *   (vector kernels compute the weights and p several tokens at a time but add them one by one):
+ *   the same inputs give the same bits on every run and every x86-64 machine, whichever kernel
+ *   table runs: p, kept, n_kept and p_sum are IEEE arithmetic with -ffp-contract=off and the own
+ *   exp. log_mass alone calls libm (log), as do the RAW logprobs (exp, log).
  *   Differences from Hugging Face (the test oracle, tests/fixtures/sampling): HF computes in
  *   float32 (we agree within 1e-5 relative on p); HF's unstable sort keeps an arbitrary part of a
  *   tie group straddling the top-p boundary, we keep all of it; HF applies the repetition penalty
@@ -111,10 +115,16 @@ dsp_status dsp_sample_history_push(dsp_sample_history *h, int32_t token);
 dsp_status dsp_sample_history_pop(dsp_sample_history *h, uint32_t n);
 
 /* Working space for dsp_sample_process. Fields are private; the buffers live in caller memory. */
+struct dsp_cpu_ops;
 typedef struct dsp_sample_scratch {
     int32_t n_vocab;
-    uint32_t *tmp;      /* (V) radix-selection keys */
-    void *cand;         /* (V) candidates {w, key, id}, ascending id */
+    /* the CPU kernel table for step 6 (dsp_cpu_ops_best() at init; NULL means that too). Every
+     * table gives the same bits (backend/cpu/ops.h); a test may point it at another one. */
+    const struct dsp_cpu_ops *ops;
+    uint32_t *tmp;      /* (V + 2 ceil(V/64)) selection keys and block maxima */
+    double *w;          /* (V) weights: of every token, or of the top-k candidates */
+    uint32_t *key;      /* (V) ordered keys of the logits (top-p), or of the top-k candidates */
+    int32_t *id;        /* (V) the top-k candidates' ids, ascending */
     uint64_t *items;    /* (2V) top-p prefix being sorted, and its radix buffer */
     uint32_t *gen_count; /* (V) all zero between calls */
     uint32_t *win_count; /* (V) all zero between calls */

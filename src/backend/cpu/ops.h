@@ -1,7 +1,8 @@
 /* backend/cpu/ops: CPU kernels behind one ops table chosen at run time.
  *
  * Five implementations, each in its own translation unit:
- *   ref.c         scalar reference, kept forever as the oracle (portable C, no intrinsics);
+ *   ref.c         scalar reference, kept forever as the oracle (portable C, no intrinsics), with
+ *                 sample_ref.c for the sampler's kernels (its own flags: see there);
  *   avx2.c        AVX2 + FMA + F16C (compiled with those flags only);
  *   avx2vnni.c    the same + AVX-VNNI (vpdpbusd on 256-bit registers) for the 8-bit dot products;
  *   avx512.c      AVX-512 F/BW/VL/DQ (compiled with those flags only);
@@ -215,6 +216,23 @@ typedef struct dsp_cpu_ops {
     /* the sampler's greedy rule (dsp_sample_argmax): the first index of the largest value, NaN read
      * as -inf and +inf as FLT_MAX; -1 when every value is NaN or -inf (or n <= 0) */
     int64_t (*argmax)(const float *x, int64_t n);
+    /* The sampler's step 6 over a whole row (sample.h), bit-identical in every table: the same
+     * IEEE double operations per element (dsp_sample_exp, sample/sample_kernels.h) and each sum a
+     * sequential double sum in ascending i (a kernel adds the kept elements one by one, never
+     * pairwise). Token i is "kept" under (z_thr, min_w) iff w[i] > 0 && w[i] >= min_w &&
+     * z[i] >= z_thr.
+     * sample_weights: w[i] = dsp_sample_exp(((double)z[i] - zmax) / t) for i < n; returns the sum
+     *   of the w[i] with w[i] > 0 && w[i] >= min_w. */
+    double (*sample_weights)(const float *z, int64_t n, double zmax, double t, double min_w, double *w);
+    /* sample_mass: the sum of the kept w[i] */
+    double (*sample_mass)(const float *z, const double *w, int64_t n, float z_thr, double min_w);
+    /* sample_probs: p[i] = kept ? (float)(w[i] / mass) : 0 for every i < n; the i with p[i] > 0
+     *   go to kept[] in ascending order, *n_kept of them; returns the sum of (double)p[i] over them */
+    double (*sample_probs)(const float *z, const double *w, int64_t n, float z_thr, double min_w, double mass, float *p,
+                           int32_t *kept, int32_t *n_kept);
+    /* sample_keys: key[i] = dsp_sample_key(z[i]) for i < n, and bm[b] = the largest of the keys of
+     *   block b (DSP_SAMPLE_KEY_BLOCK of them; the last block may be shorter), for n >= 1 */
+    void (*sample_keys)(const float *z, int64_t n, uint32_t *key, uint32_t *bm);
 } dsp_cpu_ops;
 
 /* one 16-bit K/V element widened to f32 (exact) */
@@ -244,6 +262,12 @@ void dsp_cpu_swiglu(float *a, const float *b, int64_t n);
 void dsp_cpu_rope(float *x, const float *cs, int rot_dim, int neox);
 void dsp_cpu_axpy(float *y, float a, const float *x, int64_t n);
 int64_t dsp_cpu_argmax(const float *x, int64_t n);
+/* the sampler's kernels (dsp_cpu_ops.sample_*, sample_ref.c), the definition the vector tables follow */
+double dsp_cpu_sample_weights(const float *z, int64_t n, double zmax, double t, double min_w, double *w);
+double dsp_cpu_sample_mass(const float *z, const double *w, int64_t n, float z_thr, double min_w);
+double dsp_cpu_sample_probs(const float *z, const double *w, int64_t n, float z_thr, double min_w, double mass, float *p,
+                            int32_t *kept, int32_t *n_kept);
+void dsp_cpu_sample_keys(const float *z, int64_t n, uint32_t *key, uint32_t *bm);
 /* reference matmul: dsp_dequantize_row of each weight row, then dsp_cpu_dot_f32 with each x row */
 void dsp_cpu_ref_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t in, int64_t r0, int64_t r1, const float *x,
                         int64_t ldx, int n_x, float *y, int64_t ldy, float *scratch);

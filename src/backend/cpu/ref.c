@@ -382,4 +382,5 @@ static void ref_axpys16(float *o, const float *p, const uint16_t *const *rows, i
 const dsp_cpu_ops dsp_cpu_ops_scalar = {
     "scalar", dsp_cpu_ref_matmul, dsp_cpu_ref_matmul_q8, dsp_cpu_ref_matmul_panel, dsp_cpu_quantize_q8, ref_dequant_row, dsp_cpu_dot_f32, dsp_cpu_rmsnorm,
     dsp_cpu_softmax, dsp_cpu_swiglu, dsp_cpu_rope, dsp_cpu_axpy, ref_dots, ref_axpys, ref_dots16, ref_axpys16, dsp_cpu_argmax,
+    dsp_cpu_sample_weights, dsp_cpu_sample_mass, dsp_cpu_sample_probs, dsp_cpu_sample_keys,
 };

@@ -23,6 +23,7 @@
 #include "backend/cpu/ops.h"
 #include "core/dtype.h"
 #include "core/quant.h"
+#include "sample/sample_kernels.h"
 
 #include <float.h>
 #include <immintrin.h>
@@ -845,7 +846,272 @@ static int64_t k_argmax(const float *x, int64_t n) {
     return -1;
 }
 
+/* ---- sampler (ops.h: sample_weights, sample_mass, sample_probs, sample_keys) -----------------
+ * Doubles, VD lanes. Each lane performs dsp_sample_exp's operations in its order (no FMA: the
+ * build has -ffp-contract=off, and the exponent bits are integer arithmetic), so a lane gives the
+ * scalar function's bits. The sums stay scalar: after a vector of weights is stored, its kept
+ * lanes are added one by one in ascending order (a lane mask, lowest bit first), which is the
+ * reference's sequence of additions with the zero-weight and dropped tokens skipped. The chain of
+ * additions bounds the speed on dense rows; the vector work of the next iterations overlaps it. */
+#if VW == 16
+typedef __m512d vd;
+#define VD 8
+AI vd vdset1(double a) { return _mm512_set1_pd(a); }
+AI vd vdload(const double *p) { return _mm512_loadu_pd(p); }
+AI void vdstore(double *p, vd v) { _mm512_storeu_pd(p, v); }
+AI vd vdload_f32(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
+AI vd vdadd(vd a, vd b) { return _mm512_add_pd(a, b); }
+AI vd vdsub(vd a, vd b) { return _mm512_sub_pd(a, b); }
+AI vd vdmul(vd a, vd b) { return _mm512_mul_pd(a, b); }
+AI vd vddiv(vd a, vd b) { return _mm512_div_pd(a, b); }
+AI vd vdmax(vd a, vd b) { return _mm512_max_pd(a, b); }
+/* p * 2^k for k = bits(t) - SHIFT_BITS >= KNORMAL: one exact product (sample_kernels.h step 5) */
+AI vd vdscale1(vd p, vd t) {
+    const __m512i e = _mm512_sub_epi64(_mm512_castpd_si512(t), _mm512_set1_epi64((long long)(DSP_SAMPLE_EXP_SHIFT_BITS - 1023)));
+    return vdmul(p, _mm512_castsi512_pd(_mm512_slli_epi64(e, 52)));
+}
+AI int vdk_normal(vd k) { return _mm512_cmp_pd_mask(k, vdset1(DSP_SAMPLE_EXP_KNORMAL), _CMP_GE_OQ) == 0xff; }
+/* any k: p * 2^(u1 - 550) * 2^(u - u1 - 550), u = bits(t) - (SHIFT_BITS - UBIAS) */
+AI vd vdscale(vd p, vd t) {
+    const __m512i u = _mm512_sub_epi64(_mm512_castpd_si512(t), _mm512_set1_epi64((long long)(DSP_SAMPLE_EXP_SHIFT_BITS - DSP_SAMPLE_EXP_UBIAS)));
+    const __m512i u1 = _mm512_srli_epi64(u, 1), eb = _mm512_set1_epi64(DSP_SAMPLE_EXP_EBIAS);
+    const vd s1 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(u1, eb), 52));
+    const vd s2 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(_mm512_sub_epi64(u, u1), eb), 52));
+    return vdmul(vdmul(p, s1), s2);
+}
+/* lanes with w > 0 && w >= min_w (&& z >= z_thr) */
+AI unsigned vdkeep(vd w, vd min_w) { return _mm512_cmp_pd_mask(w, _mm512_setzero_pd(), _CMP_GT_OQ) & _mm512_cmp_pd_mask(w, min_w, _CMP_GE_OQ); }
+AI unsigned vdkeep3(vd w, vd min_w, vd z, vd z_thr) { return vdkeep(w, min_w) & _mm512_cmp_pd_mask(z, z_thr, _CMP_GE_OQ); }
+/* p[0..VD) = lanes in `keep` ? (float)(w / mass) : 0; returns the lanes with p > 0 */
+AI unsigned vdprobs(float *p, vd w, vd mass, unsigned keep) {
+    const __m256 q = _mm512_cvtpd_ps(_mm512_maskz_div_pd((__mmask8)keep, w, mass));
+    _mm256_storeu_ps(p, q);
+    return _mm256_cmp_ps_mask(q, _mm256_setzero_ps(), _CMP_GT_OQ);
+}
+AI void vdzero_f32(float *p) { _mm256_storeu_ps(p, _mm256_setzero_ps()); }
+#else
+typedef __m256d vd;
+#define VD 4
+AI vd vdset1(double a) { return _mm256_set1_pd(a); }
+AI vd vdload(const double *p) { return _mm256_loadu_pd(p); }
+AI void vdstore(double *p, vd v) { _mm256_storeu_pd(p, v); }
+AI vd vdload_f32(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
+AI vd vdadd(vd a, vd b) { return _mm256_add_pd(a, b); }
+AI vd vdsub(vd a, vd b) { return _mm256_sub_pd(a, b); }
+AI vd vdmul(vd a, vd b) { return _mm256_mul_pd(a, b); }
+AI vd vddiv(vd a, vd b) { return _mm256_div_pd(a, b); }
+AI vd vdmax(vd a, vd b) { return _mm256_max_pd(a, b); }
+AI vd vdscale1(vd p, vd t) {
+    const __m256i e = _mm256_sub_epi64(_mm256_castpd_si256(t), _mm256_set1_epi64x((long long)(DSP_SAMPLE_EXP_SHIFT_BITS - 1023)));
+    return vdmul(p, _mm256_castsi256_pd(_mm256_slli_epi64(e, 52)));
+}
+AI int vdk_normal(vd k) { return _mm256_movemask_pd(_mm256_cmp_pd(k, vdset1(DSP_SAMPLE_EXP_KNORMAL), _CMP_GE_OQ)) == 0xf; }
+AI vd vdscale(vd p, vd t) {
+    const __m256i u = _mm256_sub_epi64(_mm256_castpd_si256(t), _mm256_set1_epi64x((long long)(DSP_SAMPLE_EXP_SHIFT_BITS - DSP_SAMPLE_EXP_UBIAS)));
+    const __m256i u1 = _mm256_srli_epi64(u, 1), eb = _mm256_set1_epi64x(DSP_SAMPLE_EXP_EBIAS);
+    const vd s1 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(u1, eb), 52));
+    const vd s2 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(_mm256_sub_epi64(u, u1), eb), 52));
+    return vdmul(vdmul(p, s1), s2);
+}
+AI vd vdkeepv(vd w, vd min_w) { return _mm256_and_pd(_mm256_cmp_pd(w, _mm256_setzero_pd(), _CMP_GT_OQ), _mm256_cmp_pd(w, min_w, _CMP_GE_OQ)); }
+AI unsigned vdkeep(vd w, vd min_w) { return (unsigned)_mm256_movemask_pd(vdkeepv(w, min_w)); }
+AI unsigned vdkeep3(vd w, vd min_w, vd z, vd z_thr) {
+    return (unsigned)_mm256_movemask_pd(_mm256_and_pd(vdkeepv(w, min_w), _mm256_cmp_pd(z, z_thr, _CMP_GE_OQ)));
+}
+AI unsigned vdprobs(float *p, vd w, vd mass, unsigned keep) {
+    /* the dropped lanes' bits cleared: +0 */
+    const __m256i lane = _mm256_setr_epi64x(1, 2, 4, 8);
+    const __m256i on = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x((long long)keep), lane), lane);
+    const __m128 q = _mm256_cvtpd_ps(_mm256_and_pd(_mm256_div_pd(w, mass), _mm256_castsi256_pd(on)));
+    _mm_storeu_ps(p, q);
+    return (unsigned)_mm_movemask_ps(_mm_cmpgt_ps(q, _mm_setzero_ps()));
+}
+AI void vdzero_f32(float *p) { _mm_storeu_ps(p, _mm_setzero_ps()); }
+#endif
+
+/* dsp_sample_exp, lane by lane */
+AI vd vdexp(vd x) {
+    x = vdmax(x, vdset1(DSP_SAMPLE_EXP_MIN));
+    const vd t = vdadd(vdmul(x, vdset1(DSP_SAMPLE_EXP_LOG2E)), vdset1(DSP_SAMPLE_EXP_SHIFT));
+    const vd k = vdsub(t, vdset1(DSP_SAMPLE_EXP_SHIFT));
+    vd r = vdsub(x, vdmul(k, vdset1(DSP_SAMPLE_EXP_LN2_HI)));
+    r = vdsub(r, vdmul(k, vdset1(DSP_SAMPLE_EXP_LN2_LO)));
+    vd p = vdset1(DSP_SAMPLE_EXP_Q10);
+    p = vdadd(vdmul(p, r), vdset1(DSP_SAMPLE_EXP_Q9));
+    p = vdadd(vdmul(p, r), vdset1(DSP_SAMPLE_EXP_Q8));
+    p = vdadd(vdmul(p, r), vdset1(DSP_SAMPLE_EXP_Q7));
+    p = vdadd(vdmul(p, r), vdset1(DSP_SAMPLE_EXP_Q6));
+    p = vdadd(vdmul(p, r), vdset1(DSP_SAMPLE_EXP_Q5));
+    p = vdadd(vdmul(p, r), vdset1(DSP_SAMPLE_EXP_Q4));
+    p = vdadd(vdmul(p, r), vdset1(DSP_SAMPLE_EXP_Q3));
+    p = vdadd(vdmul(p, r), vdset1(DSP_SAMPLE_EXP_Q2));
+    p = vdadd(vdmul(p, r), vdset1(DSP_SAMPLE_EXP_Q1));
+    p = vdadd(vdmul(p, r), vdset1(DSP_SAMPLE_EXP_Q0));
+    p = vdadd(vdmul(p, r), vdset1(1.0));
+    /* a normal result (nearly always): one exact product, the reference's two give the same */
+    return vdk_normal(k) ? vdscale1(p, t) : vdscale(p, t);
+}
+
+/* The rows run in chunks of SCH elements, software-pipelined: the vector work of chunk c + 1 is
+ * issued before the additions of chunk c, so the out-of-order core overlaps the two (a chunk's
+ * vector work is long in latency but independent; the additions are one dependent chain). The
+ * additions read back what the vector part stored one chunk earlier. The tails (n % SCH
+ * elements) run the reference's loops (sample_ref.c): the same operations, one at a time. */
+#define SCH (4 * VD)
+#define VD_ALL ((1u << VD) - 1)
+
+/* sum + the lanes of w[0..VD) in m, ascending (all of them: no bit loop) */
+AI double vdsum_kept(double sum, const double *w, unsigned m) {
+    if (m == VD_ALL)
+        for (int l = 0; l < VD; l++) sum += w[l];
+    else
+        for (; m; m &= m - 1) sum += w[__builtin_ctz(m)];
+    return sum;
+}
+
+/* (z - zmax) / t; with inv (t a power of two) as (z - zmax) * (1 / t) */
+AI void weights_chunk(const float *z, vd vz, vd vt, int inv, double *w) {
+    for (int v = 0; v < SCH; v += VD) {
+        const vd d = vdsub(vdload_f32(z + v), vz);
+        vdstore(w + v, vdexp(inv ? vdmul(d, vt) : vddiv(d, vt)));
+    }
+}
+
+/* t = 2^e with 1 / t normal too (e in [-1022, 1022]), e.g. the default temperature 1: then 1 / t
+ * is exact and x * (1 / t) is the exact quotient rounded once, as x / t is: the same bits for
+ * every x, without the division (some 15% of the weights' time on Zen 4) */
+static int pow2_with_normal_inverse(double t) {
+    uint64_t b;
+    memcpy(&b, &t, sizeof b);
+    const uint64_t e = b >> 52; /* sign 0 and biased exponent */
+    return (b & 0xfffffffffffffull) == 0 && e >= 1 && e <= 2045;
+}
+
+static double k_sample_weights(const float *z, int64_t n, double zmax, double t, double min_w, double *w) {
+    const int inv = pow2_with_normal_inverse(t);
+    const vd vz = vdset1(zmax), vt = vdset1(inv ? 1.0 / t : t), vm = vdset1(min_w);
+    const int64_t nc = n / SCH * SCH;
+    double sum = 0.0;
+    if (nc) weights_chunk(z, vz, vt, inv, w);
+    for (int64_t i = 0; i < nc; i += SCH) {
+        if (i + SCH < nc) weights_chunk(z + i + SCH, vz, vt, inv, w + i + SCH);
+        for (int v = 0; v < SCH; v += VD) sum = vdsum_kept(sum, w + i + v, vdkeep(vdload(w + i + v), vm));
+    }
+    for (int64_t i = nc; i < n; i++) {
+        w[i] = dsp_sample_exp(((double)z[i] - zmax) / t);
+        if (w[i] > 0.0 && w[i] >= min_w) sum += w[i];
+    }
+    return sum;
+}
+
+static double k_sample_mass(const float *z, const double *w, int64_t n, float z_thr, double min_w) {
+    const vd vm = vdset1(min_w), vthr = vdset1((double)z_thr);
+    double sum = 0.0;
+    int64_t i = 0;
+    for (; i + VD <= n; i += VD) sum = vdsum_kept(sum, w + i, vdkeep3(vdload(w + i), vm, vdload_f32(z + i), vthr));
+    for (; i < n; i++)
+        if (w[i] > 0.0 && w[i] >= min_w && z[i] >= z_thr) sum += w[i];
+    return sum;
+}
+
+/* p of one chunk; the lanes with p > 0 into m[] (one mask per vector) */
+AI void probs_chunk(const float *z, const double *w, vd vm, vd vthr, vd vmass, float *p, unsigned *m) {
+    for (int v = 0; v < SCH / VD; v++) {
+        const vd wv = vdload(w + v * VD);
+        const unsigned keep = vdkeep3(wv, vm, vdload_f32(z + v * VD), vthr);
+        if (keep) {
+            m[v] = vdprobs(p + v * VD, wv, vmass, keep);
+        } else { /* most of a truncated row: no division */
+            vdzero_f32(p + v * VD);
+            m[v] = 0;
+        }
+    }
+}
+
+static double k_sample_probs(const float *z, const double *w, int64_t n, float z_thr, double min_w, double mass, float *p,
+                             int32_t *kept, int32_t *n_kept) {
+    const vd vm = vdset1(min_w), vthr = vdset1((double)z_thr), vmass = vdset1(mass);
+    const int64_t nc = n / SCH * SCH;
+    unsigned mk[2][SCH / VD];
+    double psum = 0.0;
+    int32_t nk = 0;
+    if (nc) probs_chunk(z, w, vm, vthr, vmass, p, mk[0]);
+    for (int64_t i = 0, c = 0; i < nc; i += SCH, c ^= 1) {
+        if (i + SCH < nc) probs_chunk(z + i + SCH, w + i + SCH, vm, vthr, vmass, p + i + SCH, mk[c ^ 1]);
+        for (int v = 0; v < SCH / VD; v++) {
+            const int64_t i0 = i + v * VD;
+            unsigned m = mk[c][v];
+            if (m == VD_ALL) {
+                for (int l = 0; l < VD; l++) kept[nk + l] = (int32_t)(i0 + l), psum += (double)p[i0 + l];
+                nk += VD;
+            } else {
+                for (; m; m &= m - 1) {
+                    const int64_t j = i0 + __builtin_ctz(m);
+                    kept[nk++] = (int32_t)j;
+                    psum += (double)p[j];
+                }
+            }
+        }
+    }
+    for (int64_t i = nc; i < n; i++) {
+        float pi = 0.0f;
+        if (w[i] > 0.0 && w[i] >= min_w && z[i] >= z_thr) pi = (float)(w[i] / mass);
+        p[i] = pi;
+        if (pi > 0.0f) {
+            kept[nk++] = (int32_t)i;
+            psum += (double)pi;
+        }
+    }
+    *n_kept = nk;
+    return psum;
+}
+
+/* keys: u = bits of z (-0 as +0), key = u ^ (u >> 31 arithmetic | sign) (dsp_sample_key); block
+ * maxima by unsigned max over the block's vectors, then across lanes */
+#if VW == 16
+typedef __m512i vk;
+AI vk vkey(const float *z) {
+    __m512i u = _mm512_loadu_si512(z);
+    u = _mm512_maskz_mov_epi32(_mm512_cmpneq_epu32_mask(u, _mm512_set1_epi32((int)0x80000000u)), u);
+    return _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), _mm512_set1_epi32((int)0x80000000u)));
+}
+AI void vkstore(uint32_t *p, vk v) { _mm512_storeu_si512(p, v); }
+AI vk vkmax(vk a, vk b) { return _mm512_max_epu32(a, b); }
+AI uint32_t vkhmax(vk a) { return _mm512_reduce_max_epu32(a); }
+#else
+typedef __m256i vk;
+AI vk vkey(const float *z) {
+    __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)z);
+    u = _mm256_andnot_si256(_mm256_cmpeq_epi32(u, _mm256_set1_epi32((int)0x80000000u)), u);
+    return _mm256_xor_si256(u, _mm256_or_si256(_mm256_srai_epi32(u, 31), _mm256_set1_epi32((int)0x80000000u)));
+}
+AI void vkstore(uint32_t *p, vk v) { _mm256_storeu_si256((__m256i *)(void *)p, v); }
+AI vk vkmax(vk a, vk b) { return _mm256_max_epu32(a, b); }
+AI uint32_t vkhmax(vk a) {
+    __m128i m = _mm_max_epu32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+    return (uint32_t)_mm_cvtsi128_si32(m);
+}
+#endif
+
+static void k_sample_keys(const float *z, int64_t n, uint32_t *key, uint32_t *bm) {
+    const int64_t nf = n / DSP_SAMPLE_KEY_BLOCK * DSP_SAMPLE_KEY_BLOCK;
+    for (int64_t j0 = 0; j0 < nf; j0 += DSP_SAMPLE_KEY_BLOCK) {
+        vk m = vkey(z + j0);
+        vkstore(key + j0, m);
+        for (int v = VW; v < DSP_SAMPLE_KEY_BLOCK; v += VW) {
+            const vk k = vkey(z + j0 + v);
+            vkstore(key + j0 + v, k);
+            m = vkmax(m, k);
+        }
+        bm[j0 / DSP_SAMPLE_KEY_BLOCK] = vkhmax(m);
+    }
+    if (nf < n) dsp_cpu_sample_keys(z + nf, n - nf, key + nf, bm + nf / DSP_SAMPLE_KEY_BLOCK);
+}
+
 const dsp_cpu_ops OPS_NAME = {
     ISA_NAME, k_matmul, k_matmul_q8, k_matmul_panel, k_quantize_q8, k_dequant_row, k_dot, k_rmsnorm, k_softmax, k_swiglu, dsp_cpu_rope, k_axpy, k_dots, k_axpys,
-    k_dots16, k_axpys16, k_argmax,
+    k_dots16, k_axpys16, k_argmax, k_sample_weights, k_sample_mass, k_sample_probs,
+    k_sample_keys,
 };
