@@ -374,6 +374,14 @@ static void test_repetition_window(void) {
     CHECK_EQ_INT(dsp_sample_process(x, &h, &p, &c.s, &c.d), DSP_OK);
     CHECK(c.d.logits[0] == 4.0f && c.d.logits[1] == -1.0f);
     CHECK(counts_all_zero(&c));
+    /* a penalty below 1 on a logit near FLT_MAX stays finite: sampling keeps that token */
+    float big[V] = {FLT_MAX, -2.0f, 1.0f, -1.0f, 0.5f, 3.0f};
+    p.temperature = 0.8f;
+    CHECK_EQ_INT(dsp_sample_process(big, &h, &p, &c.s, &c.d), DSP_OK);
+    CHECK(c.d.logits[0] == FLT_MAX);
+    CHECK_EQ_INT(c.d.n_kept, 1);
+    CHECK_EQ_INT(dsp_sample_from_dist(&c.d, 0.5), 0);
+    CHECK(counts_all_zero(&c));
     ctx_free(&c);
 }
 

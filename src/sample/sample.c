@@ -407,7 +407,9 @@ static dsp_status apply_penalties(float *z, int32_t n_vocab, const dsp_sample_hi
             x = x - (float)g * fp;
             x = x - pp;
         }
-        z[t] = x;
+        /* a penalty below 1 can take FLT_MAX past the float range: step 0's rule again, or the
+         * token would be +inf and step 6 would keep nothing */
+        z[t] = x > FLT_MAX ? FLT_MAX : x;
         gen[t] = 0;
         win[t] = 0;
     }

@@ -15,7 +15,8 @@
  *   3. frequency penalty  (OpenAI/vLLM): z -= (float)count * frequency_penalty
  *   4. presence penalty   (OpenAI/vLLM): z -= presence_penalty if count > 0
  *      where count is the number of occurrences among the *generated* tokens only (history
- *      positions >= n_prompt), as vLLM does; the prompt never counts for 3 and 4.
+ *      positions >= n_prompt), as vLLM does; the prompt never counts for 3 and 4. A result of
+ *      2-4 above FLT_MAX (a penalty below 1 on a huge logit) is FLT_MAX, as in step 0.
  *   The result is dist->logits (float, V). Order 1-4 is vLLM's and llama.cpp's (bias first).
  *   5. temperature 0: greedy. dist->argmax = the largest processed logit, ties to the lowest id;
  *      p is one-hot on it. Truncation is skipped (every rule below keeps the top token anyway).
