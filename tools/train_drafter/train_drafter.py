@@ -328,8 +328,11 @@ def step_data(args, target, tok, device) -> None:
             # 0.95) made no shard in 230 s: dspark sampled on the host, ~0.5 ms a token for this
             # vocabulary, one request after another (bench_sample), which a GPU round of 128 rows
             # turned into ~100x its forward. The engine now spreads that over the host's threads
-            # (engine.c verify_all; 16 on the lent machines), not yet measured on a GPU: until it
-            # is, sampled answers stay with transformers
+            # (engine.c verify_all; 16 on the lent machines) and step 6 runs in vector kernels: on
+            # an H200 with a random-weight model of this shape, 8-9 k sampled tok/s against 17-23 k
+            # greedy (bench/results/batch-sampled-gpu-h200-sampler-exp.json), about transformers'
+            # rate; with the trained model's (more peaked) distributions it is not measured yet, so
+            # sampled answers stay with transformers
             if args.data_engine == "dspark" and mode == "greedy":
                 answers = dspark_answers(args, [enc[i] for i in idx], mode, (args.seed * 1000003 + bi) * 4096)
             else:  # a left-padded batch for transformers' generate
