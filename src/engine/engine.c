@@ -968,6 +968,8 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
     if (host < 0) host = 0;
     e->st.host_ms += host + e->round_block_ms;
     if (n_dec > 0 && n_dec == n_seqs && e->be->n_setup == setup0 && aside == 0) { /* a decode-only round, for --max-draft auto (draft.c) */
+        DSP_LOGD("round of %d rows: forward %.2f ms, block drafter %.2f ms (%d requests), host %.2f ms", n, t_fwd, e->round_block_ms,
+                 e->round_nb, host);
         dsp_engine_calibrate(e, n, cal_extra, cal_drafted, t_all); /* before host_ms takes this round in: the host time the choice assumed */
     }
     if (n_dec > 0) /* a decoding round's host time outside the forward and the block drafter */
