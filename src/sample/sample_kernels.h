@@ -89,6 +89,23 @@ static inline double dsp_sample_exp(double x) {
     return p * s1 * s2;
 }
 
+/* ---- sample_probs (ops.h) over z[i0, n): the reference's loop, which the vector kernels also run
+ * on the elements after their last whole chunk. Appends to kept (*nk of them so far) and returns
+ * psum plus the new p's, added one by one: the same chain of additions as a single loop. */
+static inline double dsp_sample_probs_range(const float *z, const double *w, int64_t i0, int64_t n, float z_thr, double min_w,
+                                            double mass, float *p, int32_t *kept, int32_t *nk, double psum) {
+    for (int64_t i = i0; i < n; i++) {
+        float pi = 0.0f;
+        if (w[i] > 0.0 && w[i] >= min_w && z[i] >= z_thr) pi = (float)(w[i] / mass);
+        p[i] = pi;
+        if (pi > 0.0f) {
+            kept[(*nk)++] = (int32_t)i;
+            psum += (double)pi;
+        }
+    }
+    return psum;
+}
+
 /* ---- ordered keys ----
  * float -> uint32, order-preserving for non-NaN values (larger float, larger key) with -0 mapped
  * like +0: top-k and top-p select on keys (radix select, sorts) and compare them as integers. */

@@ -33,17 +33,8 @@ double dsp_cpu_sample_mass(const float *z, const double *w, int64_t n, float z_t
 
 double dsp_cpu_sample_probs(const float *z, const double *w, int64_t n, float z_thr, double min_w, double mass, float *p,
                             int32_t *kept, int32_t *n_kept) {
-    double psum = 0.0;
     int32_t nk = 0;
-    for (int64_t i = 0; i < n; i++) {
-        float pi = 0.0f;
-        if (w[i] > 0.0 && w[i] >= min_w && z[i] >= z_thr) pi = (float)(w[i] / mass);
-        p[i] = pi;
-        if (pi > 0.0f) {
-            kept[nk++] = (int32_t)i;
-            psum += (double)pi;
-        }
-    }
+    const double psum = dsp_sample_probs_range(z, w, 0, n, z_thr, min_w, mass, p, kept, &nk, 0.0);
     *n_kept = nk;
     return psum;
 }

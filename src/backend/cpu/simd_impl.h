@@ -1053,15 +1053,7 @@ static double k_sample_probs(const float *z, const double *w, int64_t n, float z
             }
         }
     }
-    for (int64_t i = nc; i < n; i++) {
-        float pi = 0.0f;
-        if (w[i] > 0.0 && w[i] >= min_w && z[i] >= z_thr) pi = (float)(w[i] / mass);
-        p[i] = pi;
-        if (pi > 0.0f) {
-            kept[nk++] = (int32_t)i;
-            psum += (double)pi;
-        }
-    }
+    psum = dsp_sample_probs_range(z, w, nc, n, z_thr, min_w, mass, p, kept, &nk, psum);
     *n_kept = nk;
     return psum;
 }
