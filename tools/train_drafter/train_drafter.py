@@ -412,11 +412,51 @@ def sample_anchors(lm, n: int, gen):
     return anchors, keep
 
 
-def block_terms(drafter, target, ids, att, lm, anchors, keep, autocast):
+class PhaseTimer:
+    """Where a training step's time goes: between steps `first` and `last` (after the warm-up), each
+    phase is timed with the device synchronized at its ends; otherwise a no-op (no syncs)."""
+
+    def __init__(self, device, first: int = 10, last: int = 40):
+        self.cuda, self.first, self.last = device.type == "cuda", first, last
+        self.on, self.t, self.ms, self.n = False, 0.0, {}, 0
+
+    def start(self, step: int) -> None:
+        self.on = self.first <= step < self.last
+        if self.on:
+            self._sync()
+            self.t = time.perf_counter()
+
+    def _sync(self) -> None:
+        if self.cuda:
+            import torch
+            torch.cuda.synchronize()
+
+    def mark(self, phase: str) -> None:
+        if self.on:
+            self._sync()
+            t = time.perf_counter()
+            self.ms[phase] = self.ms.get(phase, 0.0) + 1e3 * (t - self.t)
+            self.t = t
+
+    def end(self) -> dict | None:
+        """After a timed step: the per-step means once the window is full (once), else None."""
+        if not self.on:
+            return None
+        self.n += 1
+        if self.n < self.last - self.first:
+            return None
+        return {k: round(v / self.n, 2) for k, v in self.ms.items()}
+
+
+NO_TIMER = PhaseTimer(type("cpu", (), {"type": "cpu"}), 0, 0)
+
+
+def block_terms(drafter, target, ids, att, lm, anchors, keep, autocast, timer=NO_TIMER):
     """Draft logits, confidence, labels, eval mask and aligned target logits for sampled anchors."""
     import torch
     with torch.no_grad():
         taps, tlogits = target_forward(target, ids, att, drafter.c["target_layer_ids"])
+    timer.mark("target_forward")
     with autocast:
         logits, conf, labels, valid = drafter.train_forward(ids, taps, anchors, keep)
     g = drafter.block_size
@@ -426,7 +466,13 @@ def block_terms(drafter, target, ids, att, lm, anchors, keep, autocast):
     emask = (valid & in_answer & keep[:, :, None]).int().cumprod(-1).bool()
     rows = torch.arange(ids.shape[0], device=ids.device)[:, None, None]
     tl = tlogits[rows, lab_idx - 1]  # the target's distribution for each label position
+    timer.mark("drafter_forward")
     return logits, conf, labels, emask, tl
+
+
+def peak_gib(device) -> str:
+    import torch
+    return f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if device.type == "cuda" else "n/a"
 
 
 def core_state(drafter) -> dict:
@@ -529,9 +575,11 @@ def step_train(args, target, tok, device) -> bool:
         return min(p, 1.0)
 
     warm = min(100, args.train_steps // 10 + 1)
+    timer = PhaseTimer(device)
     drafter.train()
     done = progress() >= 1.0
     while not done:
+        timer.start(step)
         if args.bucket > 0:  # a random window of like lengths: less right padding in the target's forward
             w = min(len(tr), args.batch * args.bucket)
             i = random.randrange(len(tr) - w + 1)
@@ -540,15 +588,24 @@ def step_train(args, target, tok, device) -> bool:
             recs = random.sample(tr, min(args.batch, len(tr)))
         ids, att, lm = make_batch(recs, pad, args.max_len, device)
         anchors, keep = sample_anchors(lm, args.anchors, gen)
-        logits, conf, labels, emask, tl = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast)
+        timer.mark("batch")
+        logits, conf, labels, emask, tl = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast, timer)
         loss, s = dspark_loss(logits, tl, conf, labels, emask, **weights)
+        timer.mark("loss")
         lr = args.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress())))
         for gr in opt.param_groups:
             gr["lr"] = lr
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        timer.mark("backward")
         gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        timer.mark("optimizer")
+        phases = timer.end()
+        if phases:
+            log(f"train: ms per step by phase (steps {timer.first}-{timer.last - 1}, synchronized): "
+                + ", ".join(f"{k} {v}" for k, v in phases.items()) + f"; peak memory {peak_gib(device)}")
+            logf.write(json.dumps({"step": step + 1, "phase_ms": phases}) + "\n")
         step += 1
         bar.update(1)
         done = progress() >= 1.0
