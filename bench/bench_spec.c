@@ -14,7 +14,7 @@
  * all against the same baseline runs. --backend cuda runs it on the GPU (--kv-type f16|bf16).
  *
  * usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--mode M,M,..] [--draft-model D] [--max-draft N,N,..|auto]
- *                   [--reps R] [-t THREADS] [--backend cpu|cuda] [--kv-type f16|bf16] [--json] */
+ *                   [--dspark-threshold T] [--reps R] [-t THREADS] [--backend cpu|cuda] [--kv-type f16|bf16] [--json] */
 #include "core/version.h"
 #include "dspark.h"
 
@@ -125,7 +125,7 @@ static void cfg_name(dsp_spec_mode mode, int md, char *buf, size_t cap) {
 }
 
 #define USAGE "usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--mode M,M,...] [--draft-model D]\n" \
-              "                  [--draft-vocab N|auto|0]\n" \
+              "                  [--draft-vocab N|auto|0] [--dspark-threshold T]\n" \
               "                  [--max-draft N,N,...|auto] [--reps R] [-t THREADS] [--backend cpu|cuda] [--kv-type f16|bf16] [--json]\n"
 
 int main(int argc, char **argv) {
@@ -135,6 +135,7 @@ int main(int argc, char **argv) {
     dsp_device device = DSP_DEVICE_CPU;
     dsp_kv_type kv_type = DSP_KV_DEFAULT;
     bool json = false;
+    float threshold = 0; /* --dspark-threshold: the confidence cut of the speculative runs (0: off) */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool v = i + 1 < argc;
@@ -152,6 +153,15 @@ int main(int argc, char **argv) {
             else if (end != b && !*end && x >= 0 && x <= (1L << 24)) draft_vocab = x ? (int32_t)x : DSP_DRAFT_VOCAB_FULL;
             else {
                 fprintf(stderr, "bench_spec: --draft-vocab: '%s' is not a number of tokens, 0 (every token) or auto\n", b);
+                return 2;
+            }
+        }
+        else if (!strcmp(a, "--dspark-threshold") && v) {
+            const char *b = argv[++i];
+            char *end = NULL;
+            threshold = strtof(b, &end);
+            if (end == b || *end || !(threshold >= 0 && threshold <= 1)) {
+                fprintf(stderr, "bench_spec: --dspark-threshold: '%s' is not a number in [0, 1]\n", b);
                 return 2;
             }
         }
@@ -237,9 +247,9 @@ int main(int argc, char **argv) {
     struct utsname un;
     uname(&un);
     if (!json)
-        printf("machine: %s, %ld cores online, %ld MiB, %s %s; commit %s; model %s; %s; %d tokens, modes %s, max_draft %s, %d reps\n", cpu,
+        printf("machine: %s, %ld cores online, %ld MiB, %s %s; commit %s; model %s; %s; %d tokens, modes %s, max_draft %s, dspark threshold %g, %d reps\n", cpu,
                sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, dsp_git_commit, model, dsp_engine_backend(c), n_tokens, modes,
-               drafts, reps);
+               drafts, threshold, reps);
 
     static set_result res[8];
     int n_sets = 0, rc = 0;
@@ -287,6 +297,7 @@ int main(int argc, char **argv) {
                     gp.max_tokens = n_tokens;
                     gp.mode = k < 0 ? DSP_SPEC_BASELINE : mo[k];
                     gp.max_draft = k < 0 ? 8 : md[k];
+                    gp.dspark_threshold = k < 0 ? 0 : threshold;
                     collect *cl = k >= 0 ? &cs_ : &cb_;
                     cl->n = 0;
                     dsp_gen_result gr;
@@ -351,8 +362,8 @@ int main(int argc, char **argv) {
         dsp_drafter_info di;
         bool have_di = dsp_engine_drafter_info(c, &di);
         printf("\"model\": \"%s\", \"draft_model\": \"%s\", \"draft_vocab\": %d, \"backend\": \"%s\", \"threads\": %d, \"max_tokens\": %d, "
-               "\"reps\": %d, \"cost_scale\": [%.3f, %.3f, %.3f], \"sets\": [",
-               model, draft_model ? draft_model : "", have_di ? di.draft_vocab : 0, dsp_engine_backend(c), threads, n_tokens, reps, est.cost_scale[0],
+               "\"reps\": %d, \"dspark_threshold\": %g, \"cost_scale\": [%.3f, %.3f, %.3f], \"sets\": [",
+               model, draft_model ? draft_model : "", have_di ? di.draft_vocab : 0, dsp_engine_backend(c), threads, n_tokens, reps, threshold, est.cost_scale[0],
                est.cost_scale[1], est.cost_scale[2]);
         for (int i = 0; i < n_sets; i++) {
             printf("%s{\"name\": \"%s\", \"prompts\": %d, \"baseline_tok_per_s\": %.3f, \"mismatches\": %d, \"configs\": [", i ? ", " : "", res[i].name,
