@@ -588,6 +588,19 @@ static void test_calibration_skips_setup(void) {
     }
 }
 
+/* The host-time average's bounded step (draft.c dsp_engine_host_step): one stalled round, first or
+ * later, moves it little; host time that really grows still gets there. */
+static void test_host_step(void) {
+    CHECK(dsp_engine_host_step(0, 13.0, 5.0) == 5.0);   /* the seed: at most the round's forward */
+    CHECK(dsp_engine_host_step(0, 0.02, 5.0) == 0.02);  /* a usual first round as it is */
+    CHECK(fabs(dsp_engine_host_step(1.0, 1.2, 5.0) - 1.02) < 1e-12); /* a usual round: the plain average */
+    double a = 0.02;
+    a = dsp_engine_host_step(a, 13.0, 5.0); /* a 13 ms stall next to a 5 ms forward */
+    CHECK_MSG(a < 0.1, "one stall took the average to %.3f ms", a);
+    for (int i = 0; i < 60; i++) a = dsp_engine_host_step(a, 3.0, 5.0); /* 3 ms of host work every round */
+    CHECK_MSG(a > 2.7 && a <= 3.0, "60 rounds of 3 ms: average %.3f ms", a);
+}
+
 /* The cost profile is measured inside the first round that needs it (seconds on a CPU). That time
  * is not the round's: counted as its host time it made the next ~60 rounds' host time look like
  * most of a second (an average decaying by 0.9 a round) and skewed --max-draft auto's choices in a
@@ -819,6 +832,7 @@ int main(void) {
     DSP_RUN(test_prefill_draft_cap);
     DSP_RUN(test_calibration);
     DSP_RUN(test_calibration_skips_setup);
+    DSP_RUN(test_host_step);
     DSP_RUN(test_profile_time_not_host);
     DSP_RUN(test_verify_failure_in_batch);
     DSP_RUN(test_sampling_equals_baseline);

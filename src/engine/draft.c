@@ -382,6 +382,19 @@ static int32_t confident(const dsp_gen_params *p, const float *conf, int32_t n) 
     return n;
 }
 
+/* The host-time average takes a round in as at most 1.5x itself plus a tenth of the round's forward
+ * (the first round: at most its forward). A stall is one round, not the host's cost: once, on the
+ * 2-vCPU EPYC, a fresh process's first decode round spent ~13 ms outside its 5 ms forward (not seen
+ * again in later runs); as the average's seed that counted 2.4 forwards of host time in every round,
+ * decaying over ~30 rounds: --max-draft auto drafted 7 where 3-4 pay, and the calibration's
+ * predictions came out 2.5x too long (its scales fell to ~0.5). Host time that really grows still
+ * gets there, by half again a round. */
+double dsp_engine_host_step(double avg, double host, double fwd_ms) {
+    const double cap = avg > 0 ? 1.5 * avg + 0.1 * fwd_ms : fwd_ms;
+    if (host > cap) host = cap;
+    return avg > 0 ? 0.9 * avg + 0.1 * host : host;
+}
+
 /* The round's host time outside the forward, in units of the profile's 1-row forward. */
 static float host_cost(const dsp_engine *e) { return e->prof.one_row_ms > 0 ? (float)(e->host_ms / e->prof.one_row_ms) : 0; }
 

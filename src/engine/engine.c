@@ -973,7 +973,7 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
         dsp_engine_calibrate(e, n, cal_extra, cal_drafted, t_all); /* before host_ms takes this round in: the host time the choice assumed */
     }
     if (n_dec > 0) /* a decoding round's host time outside the forward and the block drafter */
-        e->host_ms = e->host_ms > 0 ? 0.9 * e->host_ms + 0.1 * host : host;
+        e->host_ms = dsp_engine_host_step(e->host_ms, host, t_fwd);
     /* requests that finished this round leave now (their DONE events are out) */
     for (int i = e->n_running - 1; i >= 0; i--) {
         dsp_req *r = e->running[i];

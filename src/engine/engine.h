@@ -153,7 +153,8 @@ struct dsp_engine {
     double round_draft_ms;       /* this round's drafter time, per drafted request */
     dsp_accept acc_pool[DSP_ACCEPT_BUCKETS]; /* every request's acceptance, pooled: new requests' prior */
     double host_ms;              /* a decoding round's host time outside the forward and the block
-                                  * drafter (lookup, verification, emission), exponentially averaged;
+                                  * drafter (lookup, verification, emission), exponentially averaged
+                                  * with a bounded step (dsp_engine_host_step);
                                   * --max-draft auto counts it in every round's time */
     double round_block_ms;       /* this round's block drafter time (0: it did not run) */
     double profile_ms;           /* time spent measuring the cost profile (dsp_engine_profile): a
@@ -214,6 +215,8 @@ bool dsp_engine_block_ctx(const dsp_req *r);
  * measured time. Call it before host_ms takes the round in: the prediction uses the host time the
  * round's choice assumed. */
 void dsp_engine_calibrate(dsp_engine *e, int rows, double extra_keys, bool drafted, double ms);
+/* the host-time average (host_ms) after a decoding round's host time and forward time (draft.c) */
+double dsp_engine_host_step(double avg, double host, double fwd_ms);
 /* A kind's measured / predicted round time (1 before any was measured). */
 double dsp_engine_cost_scale(const dsp_engine *e, dsp_round_kind k);
 /* After r's verification: acceptance statistics, the trace, how many were kept. emitted: tokens
