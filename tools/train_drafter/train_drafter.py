@@ -416,8 +416,8 @@ class PhaseTimer:
     """Where a training step's time goes: between steps `first` and `last` (after the warm-up), each
     phase is timed with the device synchronized at its ends; otherwise a no-op (no syncs)."""
 
-    def __init__(self, device, first: int = 10, last: int = 40):
-        self.cuda, self.first, self.last = device.type == "cuda", first, last
+    def __init__(self, cuda: bool, first: int = 10, last: int = 40):
+        self.cuda, self.first, self.last = cuda, first, last
         self.on, self.t, self.ms, self.n = False, 0.0, {}, 0
 
     def start(self, step: int) -> None:
@@ -448,7 +448,7 @@ class PhaseTimer:
         return {k: round(v / self.n, 2) for k, v in self.ms.items()}
 
 
-NO_TIMER = PhaseTimer(type("cpu", (), {"type": "cpu"}), 0, 0)
+NO_TIMER = PhaseTimer(False, 0, 0)
 
 
 def block_terms(drafter, target, ids, att, lm, anchors, keep, autocast, timer=NO_TIMER):
@@ -575,7 +575,7 @@ def step_train(args, target, tok, device) -> bool:
         return min(p, 1.0)
 
     warm = min(100, args.train_steps // 10 + 1)
-    timer = PhaseTimer(device)
+    timer = PhaseTimer(device.type == "cuda")
     drafter.train()
     done = progress() >= 1.0
     while not done:
