@@ -175,10 +175,11 @@ class Drafter(nn.Module):
         return self.confidence_head.proj(feat).squeeze(-1).float()
 
     def train_forward(self, input_ids, taps, anchors, keep):
-        """Teacher-forced block prediction at sampled anchors (DeepSpec's training forward).
+        """Teacher-forced block states at sampled anchors (DeepSpec's training forward).
         input_ids [b, T]; taps [b, T, nT*H]; anchors [b, N] (positions), keep [b, N] bool.
-        Returns logits [b, N, g, V] (Markov-corrected), confidence logits [b, N, g] or None,
-        labels [b, N, g] and label validity [b, N, g] (inside the sequence)."""
+        Returns the block hidden states h [b, N, g, H], each slot's previous token prev [b, N, g]
+        (the Markov head's input), labels [b, N, g] and label validity [b, N, g] (inside the
+        sequence). The vocabulary-wide terms (logits) are left to `logits`, for the rows that count."""
         b, T = input_ids.shape
         N, g = anchors.shape[1], self.block_size
         dev = input_ids.device
@@ -199,11 +200,15 @@ class Drafter(nn.Module):
         valid = lab_idx < T
         labels = torch.gather(input_ids[:, None, :].expand(b, N, T), 2, lab_idx.clamp(max=T - 1))
         prev = torch.cat([block_ids[:, :, :1], labels[:, :, :-1]], dim=2)
-        logits = self.lm_head(h).float()
+        return h, prev, labels, valid
+
+    def logits(self, h, prev):
+        """Markov-corrected draft logits [..., V] (float32) of block states h [..., H] whose
+        previous tokens are prev [...]."""
+        z = self.lm_head(h).float()
         if self.markov_head is not None:
-            logits = logits + self.markov_bias(prev).float()
-        conf = self.confidence(h, prev) if self.confidence_head is not None else None
-        return logits, conf, labels, valid
+            z = z + self.markov_bias(prev).float()
+        return z
 
     @torch.no_grad()
     def draft(self, ids, taps, start):
@@ -233,23 +238,32 @@ class Drafter(nn.Module):
         return toks, torch.stack(zs), conf
 
 
-def dspark_loss(logits, target_logits, conf, labels, eval_mask, *, decay: float, ce_w: float,
-                tv_w: float, conf_w: float):
-    """DeepSpec's objective (DRAFTERS.md 2.7, 2.11): per-slot weights exp(-k/decay) on the valid
-    prefix of each block; ce_w * CE(labels) + tv_w * ||p_draft - p_target||_1 + conf_w *
-    BCE(confidence, 1 - TV). Returns (loss, stats dict of detached tensors)."""
-    g = logits.shape[2]
-    w = eval_mask.float() * torch.exp(-torch.arange(g, device=logits.device).float() / decay)
+def row_terms(zp, zq, labels):
+    """Per row of draft logits zp [M, V] and target logits zq [M, V]: the cross-entropy of the label
+    and ||p_draft - p_target||_1. The vocabulary-wide part of the objective, in one function so that
+    torch.compile can fuse it (compiled_row_terms) instead of writing five [M, V] float32 tensors."""
+    lp = torch.log_softmax(zp.float(), dim=-1)
+    ce = -lp.gather(1, labels[:, None])[:, 0]
+    l1 = (lp.exp() - torch.softmax(zq.float(), dim=-1)).abs().sum(-1)
+    return ce, l1
+
+
+def dspark_loss(zp, zq, conf, labels, slot, g: int, *, decay: float, ce_w: float, tv_w: float, conf_w: float,
+                terms=row_terms):
+    """DeepSpec's objective (DRAFTERS.md 2.7, 2.11) over the rows that count (the valid prefix of each
+    block: emask): draft logits zp [M, V], target logits zq [M, V], confidence logits conf [M] or None,
+    labels [M], each row's slot [M] (0..g-1). Per-slot weights exp(-slot/decay); ce_w * CE(labels) +
+    tv_w * ||p_draft - p_target||_1 + conf_w * BCE(confidence, 1 - TV). Returns (loss, stats dict of
+    detached tensors, per-row acceptance estimate 1 - TV [M])."""
+    w = torch.exp(-slot.float() / decay)
     den = w.sum().clamp_min(1e-6)
-    ce = (F.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none").view_as(w) * w).sum() / den
-    p = torch.softmax(logits, dim=-1)
-    q = torch.softmax(target_logits.float(), dim=-1)
-    l1 = (p - q).abs().sum(-1)
-    acc = (1.0 - 0.5 * l1).clamp(0.0, 1.0)
+    ce_r, l1_r = terms(zp, zq, labels)
+    acc = (1.0 - 0.5 * l1_r).clamp(0.0, 1.0)
+    ce = (ce_r * w).sum() / den
     loss = ce_w * ce
     stats = {"ce": ce.detach()}
     if tv_w > 0:
-        tv = (l1 * w).sum() / den
+        tv = (l1_r * w).sum() / den
         loss = loss + tv_w * tv
         stats["l1"] = tv.detach()
     if conf is not None and conf_w > 0:
@@ -257,7 +271,22 @@ def dspark_loss(logits, target_logits, conf, labels, eval_mask, *, decay: float,
         loss = loss + conf_w * bce
         stats["conf_bce"] = bce.detach()
         stats["conf_abs_err"] = ((torch.sigmoid(conf) - acc).abs() * w).sum().detach() / den
-    m = eval_mask.float()
-    stats["accept_rate_by_slot"] = ((acc * m).sum((0, 1)) / m.sum((0, 1)).clamp_min(1)).detach()
+    n = torch.zeros(g, device=zp.device).index_add_(0, slot, torch.ones_like(acc))
+    stats["accept_rate_by_slot"] = (torch.zeros(g, device=zp.device).index_add_(0, slot, acc.detach()) / n.clamp_min(1))
     stats["loss"] = loss.detach()
-    return loss, stats
+    return loss, stats, acc.detach()
+
+
+def compiled_row_terms(vocab: int, device, log=print):
+    """row_terms through torch.compile (dynamic row count), or eager row_terms when compiling it
+    fails (no compiler, an unsupported backend): tried once here, forward and backward, on a probe."""
+    fn = torch.compile(row_terms, dynamic=True)
+    try:
+        for m in (5, 9):  # two row counts: the dynamic graph is made here, not in the first step
+            zp = torch.randn(m, vocab, device=device, requires_grad=True)
+            ce, l1 = fn(zp, torch.randn(m, vocab, device=device), torch.zeros(m, dtype=torch.long, device=device))
+            (ce.sum() + l1.sum()).backward()
+    except Exception as e:  # noqa: BLE001 - any failure: eager is the same function
+        log(f"train: torch.compile of the loss failed ({type(e).__name__}: {str(e)[:300]}); eager")
+        return row_terms
+    return fn

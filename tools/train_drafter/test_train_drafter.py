@@ -82,3 +82,105 @@ def test_dspark_answers_requests_and_errors(tmp_path):
     T.dspark_answers(args, [[3]], "greedy", 0)
     r = json.loads((tmp_path / "dspark.reqs").read_text())[0]
     assert r["temperature"] == 0 and "seed" not in r and r["max_tokens"] == 16
+
+
+def tiny_pair(arch="dspark"):
+    """A random 4-layer Llama target and a 1-layer drafter for it (vocabulary 96)."""
+    import types
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    tc = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=8, max_position_embeddings=128)
+    target = LlamaForCausalLM(tc).eval().requires_grad_(False)
+    args = types.SimpleNamespace(taps="0,2", n_taps=2, arch=arch, ffn=0, layers=1, block=5, anchors=6, markov_rank=8)
+    cfg = T.drafter_config(target, args, 3)
+    drafter = T.build_drafter(cfg, target, torch.device("cpu"), 7)
+    with torch.no_grad():  # a Markov head that is not zero, so that its term is tested
+        for p in drafter.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn(p.shape))
+    return target, drafter
+
+
+def dense_reference(drafter, target, ids, att, lm, anchors, keep, decay, ce_w, tv_w, conf_w):
+    """The objective written over every slot and every target position (the form it had before the
+    rows that count were selected), for comparison."""
+    import torch.nn.functional as F
+    out = target(input_ids=ids, attention_mask=att, output_hidden_states=True, use_cache=False)
+    taps = torch.cat([out.hidden_states[t + 1] for t in drafter.c["target_layer_ids"]], -1)
+    h, prev, labels, valid = drafter.train_forward(ids, taps, anchors, keep)
+    logits = drafter.logits(h, prev)
+    conf = drafter.confidence(h, prev)
+    g, T = drafter.block_size, ids.shape[1]
+    lab_idx = (anchors[:, :, None] + torch.arange(g) + 1).clamp(max=T - 1)
+    in_answer = torch.gather(lm[:, None, :].expand(-1, anchors.shape[1], -1), 2, lab_idx) > 0.5
+    emask = (valid & in_answer & keep[:, :, None]).int().cumprod(-1).bool()
+    tl = out.logits[torch.arange(ids.shape[0])[:, None, None], lab_idx - 1].float()
+    w = emask.float() * torch.exp(-torch.arange(g).float() / decay)
+    den = w.sum()
+    ce = (F.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none").view_as(w) * w).sum() / den
+    l1 = (torch.softmax(logits, -1) - torch.softmax(tl, -1)).abs().sum(-1)
+    acc = (1 - 0.5 * l1).clamp(0, 1)
+    bce = (F.binary_cross_entropy_with_logits(conf, acc.detach(), reduction="none") * w).sum() / den
+    return ce_w * ce + tv_w * (l1 * w).sum() / den + conf_w * bce, emask, acc
+
+
+def test_row_selected_loss_equals_dense():
+    """block_terms + dspark_loss (vocabulary-wide terms for the rows that count only, the target's
+    logits from its final hidden states) give the dense objective's loss, gradients and acceptance"""
+    import contextlib
+    from model import dspark_loss
+    target, drafter = tiny_pair()
+    ids = torch.randint(4, 96, (3, 20))
+    att = torch.ones_like(ids)
+    att[2, 15:] = 0  # a padded row
+    lm = torch.zeros(3, 20)
+    lm[0, 5:] = 1
+    lm[1, 12:] = 1
+    lm[2, 8:15] = 1
+    anchors, keep = T.sample_anchors(lm, 6, torch.Generator().manual_seed(3))
+    w = dict(decay=4.0, ce_w=0.1, tv_w=0.9, conf_w=1.0)
+    zp, conf, labels, slot, zq, emask = T.block_terms(drafter, target, ids, att, lm, anchors, keep, contextlib.nullcontext())
+    loss, st, acc_r = dspark_loss(zp, zq, conf, labels, slot, drafter.block_size, **w)
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    g1 = torch.autograd.grad(loss, params)
+    ref, emask_ref, acc = dense_reference(drafter, target, ids, att, lm, anchors, keep, **w)
+    g2 = torch.autograd.grad(ref, params)
+    assert torch.equal(emask, emask_ref) and 0 < int(emask.sum()) < emask.numel()
+    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-6)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(acc_r, acc[emask].detach(), rtol=1e-5, atol=1e-6)
+    per_slot = (acc * emask).sum((0, 1)) / emask.sum((0, 1)).clamp_min(1)
+    torch.testing.assert_close(st["accept_rate_by_slot"], per_slot.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_row_terms_match_eager():
+    """torch.compile'd loss terms (or the eager fallback) give row_terms' values and gradients"""
+    from model import compiled_row_terms, row_terms
+    fn = compiled_row_terms(50, torch.device("cpu"), log=lambda m: None)
+    for m in (7, 13):
+        zp = (3 * torch.randn(m, 50)).requires_grad_(True)
+        zq, lab = 3 * torch.randn(m, 50), torch.randint(0, 50, (m,))
+        a = fn(zp, zq, lab)
+        ga = torch.autograd.grad(a[0].sum() + 2 * a[1].sum(), zp)[0]
+        b = row_terms(zp, zq, lab)
+        gb = torch.autograd.grad(b[0].sum() + 2 * b[1].sum(), zp)[0]
+        for x, y in zip(a + (ga,), b + (gb,)):
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+def test_init_from_core(tmp_path):
+    """read_trained takes a --core-only folder's config and tensors (float32, torch_dtype dropped)"""
+    import json
+    from safetensors.torch import save_file
+    _, drafter = tiny_pair()
+    sd = {k: v.to(torch.bfloat16) for k, v in T.core_state(drafter).items()}
+    keys = sorted(sd)
+    save_file({k: sd[k].contiguous() for k in keys[:3]}, str(tmp_path / "core-00.safetensors"))
+    save_file({k: sd[k].contiguous() for k in keys[3:]}, str(tmp_path / "core-01.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(dict(drafter.c, torch_dtype="bfloat16")))
+    cfg, got = T.read_trained(str(tmp_path))
+    assert "torch_dtype" not in cfg and cfg["target_layer_ids"] == drafter.c["target_layer_ids"]
+    assert sorted(got) == keys and all(v.dtype == torch.float32 for v in got.values())
+    assert torch.equal(got[keys[0]], sd[keys[0]].float())

@@ -162,12 +162,18 @@ def drafter_config(target, args, mask_id: int) -> dict:
 
 
 def target_forward(target, ids, attn, taps: list[int]):
-    """(taps [b, T, nT*H], target logits [b, T, V]) - DeepSpec's tap convention: layer L's
-    output is hidden_states[L + 1], -1 the embedding output."""
+    """(taps [b, T, nT*H], the final normed hidden states [b, T, H]) - DeepSpec's tap convention:
+    layer L's output is hidden_states[L + 1], -1 the embedding output. The logits are left to the
+    caller (target_logits), for the positions it needs."""
     import torch
-    out = target(input_ids=ids, attention_mask=attn, output_hidden_states=True, use_cache=False)
+    out = target.base_model(input_ids=ids, attention_mask=attn, output_hidden_states=True, use_cache=False)
     hs = out.hidden_states
-    return torch.cat([hs[0 if t == -1 else t + 1] for t in taps], dim=-1), out.logits
+    return torch.cat([hs[0 if t == -1 else t + 1] for t in taps], dim=-1), out.last_hidden_state
+
+
+def target_logits(target, h):
+    """The target's logits [..., V] (float32) of final hidden states h [..., H]."""
+    return target.get_output_embeddings()(h).float()
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,22 +458,30 @@ NO_TIMER = PhaseTimer(False, 0, 0)
 
 
 def block_terms(drafter, target, ids, att, lm, anchors, keep, autocast, timer=NO_TIMER):
-    """Draft logits, confidence, labels, eval mask and aligned target logits for sampled anchors."""
+    """For sampled anchors, the rows that count (emask [b, N, g]: the valid prefix of each block, labels
+    inside the answer): draft logits zp [M, V], confidence logits [M] or None, labels [M], slots [M],
+    the target's logits at each label's position zq [M, V], and emask. Vocabulary-wide tensors are
+    made for those M rows only (not every slot, nor every position of the target)."""
     import torch
     with torch.no_grad():
-        taps, tlogits = target_forward(target, ids, att, drafter.c["target_layer_ids"])
+        taps, th = target_forward(target, ids, att, drafter.c["target_layer_ids"])
     timer.mark("target_forward")
-    with autocast:
-        logits, conf, labels, valid = drafter.train_forward(ids, taps, anchors, keep)
     g = drafter.block_size
-    T = ids.shape[1]
-    lab_idx = (anchors[:, :, None] + torch.arange(g, device=ids.device) + 1).clamp(max=T - 1)
-    in_answer = torch.gather(lm[:, None, :].expand(-1, anchors.shape[1], -1), 2, lab_idx) > 0.5
-    emask = (valid & in_answer & keep[:, :, None]).int().cumprod(-1).bool()
-    rows = torch.arange(ids.shape[0], device=ids.device)[:, None, None]
-    tl = tlogits[rows, lab_idx - 1]  # the target's distribution for each label position
+    b, T = ids.shape
+    lab_idx = anchors[:, :, None] + torch.arange(g, device=ids.device) + 1
+    in_answer = torch.gather(lm[:, None, :].expand(-1, anchors.shape[1], -1), 2, lab_idx.clamp(max=T - 1)) > 0.5
+    emask = ((lab_idx < T) & in_answer & keep[:, :, None]).int().cumprod(-1).bool()
+    with autocast:
+        h, prev, labels, _ = drafter.train_forward(ids, taps, anchors, keep)
+        hs, ps = h[emask], prev[emask]
+        zp = drafter.logits(hs, ps)
+        conf = drafter.confidence(hs, ps) if drafter.confidence_head is not None else None
+    rows = torch.arange(b, device=ids.device)[:, None, None].expand_as(emask)[emask]
+    with torch.no_grad():
+        zq = target_logits(target, th[rows, (lab_idx - 1)[emask]])  # the target's distribution for each label
+    slot = torch.arange(g, device=ids.device).expand_as(emask)[emask]
     timer.mark("drafter_forward")
-    return logits, conf, labels, emask, tl
+    return zp, conf, labels[emask], slot, zq, emask
 
 
 def peak_gib(device) -> str:
@@ -477,6 +491,24 @@ def peak_gib(device) -> str:
 
 def core_state(drafter) -> dict:
     return {k: v for k, v in drafter.state_dict().items() if k not in ("embed_tokens.weight", "lm_head.weight")}
+
+
+def read_trained(path: str) -> tuple[dict, dict]:
+    """(config, float32 tensors) of a trained drafter: a --core-only folder (core-*.safetensors) or
+    an exported one (model.safetensors)."""
+    import torch
+    from safetensors.torch import load_file
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg.pop("torch_dtype", None)
+    files = sorted(glob.glob(os.path.join(path, "core-*.safetensors"))) or \
+        sorted(glob.glob(os.path.join(path, "model*.safetensors")))
+    if not files:
+        raise SystemExit(f"train: --init-from {path}: no core-*.safetensors or model.safetensors")
+    sd = {}
+    for p in files:
+        sd.update({k: v.to(torch.float32) for k, v in load_file(p).items()})
+    return cfg, sd
 
 
 def build_drafter(cfg, target, device, seed: int):
@@ -494,13 +526,18 @@ def step_train(args, target, tok, device) -> bool:
     import contextlib
     import torch
     from tqdm import tqdm
-    from model import dspark_loss
+    from model import compiled_row_terms, dspark_loss, row_terms
     cdir = os.path.join(args.work, "ckpt")
     os.makedirs(cdir, exist_ok=True)
     cfg_path = os.path.join(cdir, "config.json")
+    init = None
     if os.path.exists(cfg_path):
         with open(cfg_path, encoding="utf-8") as f:
             cfg = json.load(f)
+    elif args.init_from:
+        cfg, init = read_trained(args.init_from)
+        with open(cfg_path, "w", encoding="utf-8") as f:
+            json.dump(cfg, f, indent=2)
     else:
         eos = stop_ids(target, tok)
         mask = args.mask_token_id if args.mask_token_id is not None else pick_mask_token(tok, target.config.vocab_size, eos)
@@ -514,6 +551,13 @@ def step_train(args, target, tok, device) -> bool:
     state_path = os.path.join(cdir, "state.pt")
     step, elapsed = 0, 0.0
     gen = torch.Generator().manual_seed(args.seed)
+    if init is not None and not os.path.exists(state_path):
+        want = set(core_state(drafter))
+        miss = sorted(want - set(init))
+        if miss:
+            raise SystemExit(f"train: --init-from {args.init_from} lacks {len(miss)} of the drafter's tensors ({miss[:3]})")
+        drafter.load_state_dict({k: init[k] for k in want}, strict=False)
+        log(f"train: initialized from {args.init_from} ({len(want)} tensors); a fresh optimizer and schedule")
     if os.path.exists(state_path):
         st = torch.load(state_path, map_location=device, weights_only=False)
         drafter.load_state_dict(st["model"], strict=False)
@@ -536,6 +580,9 @@ def step_train(args, target, tok, device) -> bool:
     amp = args.amp if args.amp is not None else cuda
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext()
     weights = dict(decay=args.loss_decay, ce_w=args.ce_w, tv_w=args.tv_w, conf_w=args.conf_w)
+    compile_loss = args.compile if args.compile is not None else cuda
+    weights["terms"] = compiled_row_terms(target.config.vocab_size, device, log) if compile_loss else row_terms
+    log(f"train: loss terms {'compiled' if weights['terms'] is not row_terms else 'eager'}")
     if cfg["markov_rank"] == 0:
         weights.update(ce_w=1.0, tv_w=0.0, conf_w=0.0)  # DeepSpec's DFlash recipe: CE only
     logf = open(os.path.join(args.work, "train_log.jsonl"), "a", encoding="utf-8")
@@ -549,11 +596,10 @@ def step_train(args, target, tok, device) -> bool:
             for eb in ev_batches:
                 ids, att, lm = make_batch(eb, pad, args.max_len, device)
                 anchors, keep = sample_anchors(lm, args.anchors, egen)
-                logits, conf, labels, emask, tl = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast)
-                _, s = dspark_loss(logits, tl, conf, labels, emask, **weights)
-                p = torch.softmax(logits, -1)
-                q = torch.softmax(tl.float(), -1)
-                acc = (1 - 0.5 * (p - q).abs().sum(-1)).clamp(0, 1) * emask
+                zp, conf, labels, slot, zq, emask = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast)
+                _, s, acc_r = dspark_loss(zp, zq, conf, labels, slot, drafter.block_size, **weights)
+                acc = torch.zeros(emask.shape, device=device)
+                acc[emask] = acc_r
                 acc_sum = acc_sum + acc.sum((0, 1))
                 n_sum = n_sum + emask.float().sum((0, 1))
                 blocks = keep & emask[:, :, 0]
@@ -589,8 +635,8 @@ def step_train(args, target, tok, device) -> bool:
         ids, att, lm = make_batch(recs, pad, args.max_len, device)
         anchors, keep = sample_anchors(lm, args.anchors, gen)
         timer.mark("batch")
-        logits, conf, labels, emask, tl = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast, timer)
-        loss, s = dspark_loss(logits, tl, conf, labels, emask, **weights)
+        zp, conf, labels, slot, zq, _ = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast, timer)
+        loss, s, _ = dspark_loss(zp, zq, conf, labels, slot, drafter.block_size, **weights)
         timer.mark("loss")
         lr = args.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress())))
         for gr in opt.param_groups:
@@ -851,6 +897,11 @@ def parse_args(argv=None):
     g.add_argument("--lr", type=float, default=6e-4)
     g.add_argument("--amp", type=int, choices=(0, 1), default=None,
                    help="bf16 autocast for the drafter (default: on for CUDA, off on the CPU)")
+    g.add_argument("--compile", type=int, choices=(0, 1), default=None,
+                   help="torch.compile the vocabulary-wide loss terms (default: on for CUDA; eager if compiling fails)")
+    g.add_argument("--init-from", default=None,
+                   help="start from a trained drafter's core (a --core-only folder or an exported drafter): its "
+                        "config and weights, a fresh optimizer and schedule (training continued over several runs)")
     g.add_argument("--loss-decay", type=float, default=4.0)
     g.add_argument("--ce-w", type=float, default=0.1)
     g.add_argument("--tv-w", type=float, default=0.9)
