@@ -20,6 +20,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,9 @@ typedef struct cfg_result {
     size_t runs, block_drafts, lookup_only, gave_up; /* timed runs; the block drafter's drafts; auto runs started as lookup
                                                       * alone, or that gave the block drafter up */
     double ms, cpu_s;
+    double fwd_ms, drafter_ms, host_ms; /* the engine's time in its rounds (prefill included): target forwards with the
+                                         * drafter's context step, the block drafter (context and draft steps), the rest */
+    uint64_t fwd_rows, ctx_rows;
 } cfg_result;
 
 typedef struct set_result {
@@ -319,6 +323,8 @@ int main(int argc, char **argv) {
                         cr->rounds += gr.n_rounds, cr->drafted += gr.n_drafted, cr->accepted += gr.n_accepted;
                         cr->runs++, cr->block_drafts += s1.block_drafts - s0.block_drafts, cr->lookup_only += s1.auto_lookup_only - s0.auto_lookup_only;
                         cr->gave_up += s1.auto_gave_up - s0.auto_gave_up;
+                        cr->fwd_ms += s1.forward_ms - s0.forward_ms, cr->drafter_ms += s1.draft_ms - s0.draft_ms, cr->host_ms += s1.host_ms - s0.host_ms;
+                        cr->fwd_rows += s1.forward_rows - s0.forward_rows, cr->ctx_rows += s1.context_rows - s0.context_rows;
                         if (cb_.n != cs_.n || memcmp(cb_.ids, cs_.ids, sizeof(int32_t) * (size_t)cb_.n)) {
                             fprintf(stderr, "bench_spec: %s: speculative output differs from baseline!\n", path);
                             sr->mismatches++;
@@ -373,10 +379,11 @@ int main(int argc, char **argv) {
                 char nm[16];
                 draft_name(md[k], nm, sizeof nm);
                 printf("%s{\"mode\": \"%s\", \"runs_as\": \"%s\", \"max_draft\": \"%s\", \"tok_per_s\": %.3f, \"speedup_median\": %.3f, \"speedup_aggregate\": %.3f, \"speedup_cpu\": %.3f, "
-                       "\"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f, \"runs\": %zu, \"block_drafts\": %zu, \"runs_started_as_lookup\": %zu, \"runs_gave_up\": %zu}",
+                       "\"mean_accepted_len\": %.3f, \"acceptance_rate\": %.3f, \"runs\": %zu, \"block_drafts\": %zu, \"runs_started_as_lookup\": %zu, \"runs_gave_up\": %zu, "
+                       "\"engine_ms\": {\"forward\": %.1f, \"drafter\": %.1f, \"host\": %.1f}, \"forward_rows\": %" PRIu64 ", \"context_rows\": %" PRIu64 "}",
                        k ? ", " : "", dsp_spec_mode_to_string(mo[k]), dsp_spec_mode_to_string(dsp_engine_resolve_mode(c, mo[k])), nm, cr->tps,
                        cr->speedup_median, cr->speedup_aggregate, cr->speedup_cpu, cr->mean_accept_len, cr->accept_rate, cr->runs, cr->block_drafts,
-                       cr->lookup_only, cr->gave_up);
+                       cr->lookup_only, cr->gave_up, cr->fwd_ms, cr->drafter_ms, cr->host_ms, cr->fwd_rows, cr->ctx_rows);
             }
             printf("]}");
         }
