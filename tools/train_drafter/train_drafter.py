@@ -172,8 +172,13 @@ def target_forward(target, ids, attn, taps: list[int]):
 
 
 def target_logits(target, h):
-    """The target's logits [..., V] (float32) of final hidden states h [..., H]."""
-    return target.get_output_embeddings()(h).float()
+    """The target's logits [..., V] (float32) of final hidden states h [..., H], as its causal-LM
+    head makes them (with Gemma 2's final soft-capping where the config has it)."""
+    import torch
+    z = target.get_output_embeddings()(h).float()
+    cfg = getattr(target.config, "text_config", None) or target.config
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    return torch.tanh(z / cap) * cap if cap else z
 
 
 # --------------------------------------------------------------------------------------------
