@@ -296,6 +296,53 @@ static void test_prefix_cache(void) {
     dsp_engine_destroy(e);
 }
 
+/* The lazy context step (draft.c; the CPU backend's default) gives the drafts, confidences and output
+ * of the eager one, bit for bit, with fewer context rows (rejected drafts never go through it), in
+ * DSpark mode (a flush before every block draft) and in hybrid mode (lookup rounds in between);
+ * batched too. test_prefix_cache checks that what it publishes holds the drafter's K/V. */
+static void test_lazy_context(void) {
+    dsp_engine *lz = make_engine(g_names[2], 2, false), *eg = make_engine(g_names[2], 2, false);
+    if (!lz || !eg) {
+        dsp_engine_destroy(lz), dsp_engine_destroy(eg);
+        return;
+    }
+    CHECK(lz->lazy_ctx);
+    eg->lazy_ctx = false;
+    static const dsp_spec_mode modes[] = {DSP_SPEC_DSPARK, DSP_SPEC_HYBRID};
+    for (int m = 0; m < 2; m++)
+        for (int pi = 0; pi < 3; pi++) {
+            int32_t ids[256];
+            int n = tokenize(g_prompts[pi], ids, 256);
+            dsp_gen_params gp = dsp_gen_default_params();
+            gp.max_tokens = 48;
+            gp.ignore_eos = true;
+            gp.mode = modes[m];
+            gp.max_draft = 7;
+            static trace_log tl, te;
+            static run_out ol, oe;
+            memset(&tl, 0, sizeof tl), memset(&te, 0, sizeof te);
+            gp.trace = log_round, gp.trace_user = &tl;
+            dsp_engine_stats l0, l1, e0, e1;
+            dsp_engine_get_stats(lz, &l0);
+            run(lz, ids, n, &gp, &ol);
+            dsp_engine_get_stats(lz, &l1);
+            gp.trace_user = &te;
+            dsp_engine_get_stats(eg, &e0);
+            run(eg, ids, n, &gp, &oe);
+            dsp_engine_get_stats(eg, &e1);
+            char what[64];
+            snprintf(what, sizeof what, "lazy context step, mode %d, prompt %d", (int)modes[m], pi);
+            same(&oe, &ol, what);
+            CHECK_MSG(tl.n > 0 && tl.n == te.n && !memcmp(tl.pos, te.pos, sizeof tl.pos) && !memcmp(tl.draft, te.draft, sizeof tl.draft) &&
+                          !memcmp(tl.conf, te.conf, sizeof tl.conf),
+                      "%s: the drafts differ from the eager context step's (%d and %d rounds)", what, tl.n, te.n);
+            const uint64_t rl = l1.context_rows - l0.context_rows, re = e1.context_rows - e0.context_rows;
+            CHECK_MSG(rl < re, "%s: %llu context rows lazily, %llu eagerly", what, (unsigned long long)rl, (unsigned long long)re);
+        }
+    dsp_engine_destroy(lz);
+    dsp_engine_destroy(eg);
+}
+
 /* A request that cannot draft with the block drafter (baseline, lookup) skips its context step,
  * and its cached blocks (which then lack the drafter's K/V) are never attached by one that can */
 static void test_context_only_when_drafting(void) {
@@ -811,6 +858,7 @@ int main(void) {
         DSP_RUN(test_batched);
         DSP_RUN(test_prefix_cache);
         DSP_RUN(test_context_only_when_drafting);
+        DSP_RUN(test_lazy_context);
         DSP_RUN(test_auto_gives_up);
         DSP_RUN(test_auto_admission);
         DSP_RUN(test_sampling_exact);

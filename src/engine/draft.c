@@ -57,6 +57,9 @@ static int32_t draft_vocab_size(const dsp_engine *e, int32_t want) {
     return e->n_vocab > AUTO_VOCAB_MIN && head * 8 >= e->m->info.n_params ? AUTO_VOCAB_SUBSET : 0;
 }
 
+/* floats of one row of the block drafter's taps */
+static size_t ctx_width(const dsp_engine *e) { return (size_t)e->bdi->n_taps * (size_t)dsp_fwd_n_embd(e->fwd); }
+
 dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path, int32_t draft_vocab) {
     (void)path;
     const dsp_block_info *in = e->bdi;
@@ -70,6 +73,15 @@ dsp_status dsp_engine_draft_init(dsp_engine *e, const char *path, int32_t draft_
     dsp_status st = dsp_block_attach(e->bd, e->be, e->kv, in->shares_embd ? dsp_fwd_embd(e->fwd) : NULL,
                                      in->shares_head ? dsp_fwd_output(e->fwd) : NULL, &lim);
     if (st) return st;
+    e->lazy_ctx = e->be->kind == DSP_BACKEND_CPU; /* the CUDA backend: eager, until measured there */
+    if (e->lazy_ctx) {
+        e->ctx_tok = malloc(sizeof(int32_t) * 3 * (size_t)e->batch_tokens);
+        e->ctx_seqs = malloc(sizeof *e->ctx_seqs * (size_t)e->max_batch);
+        e->ctx_reqs = malloc(sizeof *e->ctx_reqs * (size_t)e->max_batch);
+        if (!e->ctx_tok || !e->ctx_seqs || !e->ctx_reqs) return dsp_error(DSP_ERR_NOMEM, "no memory");
+        e->ctx_pos = e->ctx_tok + e->batch_tokens, e->ctx_seq = e->ctx_pos + e->batch_tokens;
+        if ((st = e->be->ops->buf_create(e->be, (size_t)e->batch_tokens * ctx_width(e), &e->ctx_stage))) return st;
+    }
     DSP_LOGD("drafter %s: %s %s, block %d (%d drafts), %d layers, taps [%d..%d] (%d), %s%s%s", in->path, in->layout_name,
              in->dspark ? "DSpark" : "DFlash", in->block, in->n_draft, in->n_layers, in->tap_layers[0], in->tap_layers[in->n_taps - 1],
              in->n_taps, in->shares_embd && in->shares_head ? "embedding and LM head shared with the target" : "own embedding/LM head",
@@ -178,7 +190,7 @@ static dsp_status fill(dsp_engine *e, dsp_kv_seq *s, uint32_t from, uint32_t to)
         int n = (int)(to - at < (uint32_t)e->batch_tokens ? to - at : (uint32_t)e->batch_tokens);
         for (int i = 0; i < n; i++) e->btok[i] = (int32_t)(((at + (uint32_t)i) * 7919u + 13u) % (uint32_t)e->n_vocab), e->bpos[i] = (int32_t)(at + (uint32_t)i), e->bseq[i] = 0;
         e->bseqs[0] = s;
-        dsp_status st = dsp_engine_forward(e, n, 1, 0, false, false, true);
+        dsp_status st = dsp_engine_forward(e, n, 1, 0, false, false, DSP_CTX_ALL);
         if (st) return st;
         at += (uint32_t)n;
     }
@@ -193,7 +205,7 @@ static dsp_status time_rows(dsp_engine *e, dsp_kv_seq *s, int n, double *ms) {
     for (int i = 0; i < nl; i++) e->brow[i] = n - nl + i;
     e->bseqs[0] = s;
     double t0 = now_ms();
-    dsp_status st = dsp_engine_forward(e, n, 1, nl, false, false, true);
+    dsp_status st = dsp_engine_forward(e, n, 1, nl, false, false, DSP_CTX_ALL);
     *ms = now_ms() - t0;
     dsp_kv_seq_truncate(e->kv, s, L);
     return st;
@@ -346,13 +358,90 @@ dsp_status dsp_engine_profile(dsp_engine *e, dsp_spec_profile *out) {
 
 bool dsp_engine_block_ctx(const dsp_req *r) { return r->block || r->pick; }
 
-dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax, bool block_ctx) {
-    const bool bd = e->bd && block_ctx;
+/* ---- the lazy context step ------------------------------------------------------------------
+ * The block drafter's context step writes its K/V for the rows of a target forward. Run inside every
+ * round (as it still is on the CUDA backend), it streams the drafter's fc and K/V weights once a
+ * round per drafting request, also for the rows the verifier rejects, and in mode auto also in the
+ * rounds that pick prompt lookup (on the 2-vCPU EPYC, copy-heavy text: 3-3.5% of the decode time,
+ * the drafter chosen in 8% of the rounds). Lazily, a decoding request keeps the taps of its committed
+ * rows (at most DSP_CTX_KEEP) and the step runs over all of them just before its next block draft:
+ * one weight pass for several rounds' rows, none for rejected rows. The drafter's K/V of a row does
+ * not depend on the other rows (a projection, no attention among context rows) and the kernels are
+ * batch-invariant, so the drafts are the same bits. Prefill chunks still run it at once. Blocks are
+ * published to the prefix cache only up to the rows whose drafter K/V is written. */
+#define DSP_CTX_KEEP 32
+
+/* one context step over rows already in e->ctx_stage */
+static dsp_status ctx_run(dsp_engine *e, int m, int ns) {
+    if (m == 0) return DSP_OK;
+    e->st.context_rows += (uint64_t)m;
+    double t0 = now_ms();
+    dsp_status st = dsp_block_context(e->bd, e->ctx_stage, m, e->ctx_tok, e->ctx_pos, e->ctx_seq, ns, e->ctx_seqs);
+    e->st.draft_ms += now_ms() - t0;
+    return st;
+}
+
+/* the context step over the kept rows of n requests, in steps of at most batch_tokens rows */
+static dsp_status ctx_flush(dsp_engine *e, dsp_req *const *rs, int n) {
+    const size_t W = ctx_width(e);
+    const dsp_backend_ops *o = e->be->ops;
+    int m = 0, ns = 0;
+    for (int i = 0; i < n; i++) {
+        dsp_req *r = rs[i];
+        if (r->ctx_pend == 0) continue;
+        if (m + r->ctx_pend > e->batch_tokens || ns == e->max_batch) {
+            dsp_status st = ctx_run(e, m, ns);
+            if (st) return st;
+            m = ns = 0;
+        }
+        o->copy_rows(e->be, e->ctx_stage, W, (size_t)m * W, r->ctx_taps, W, 0, r->ctx_pend, W);
+        for (int32_t j = 0; j < r->ctx_pend; j++, m++) {
+            e->ctx_pos[m] = (int32_t)(r->ctx_pos0 + (uint32_t)j);
+            e->ctx_tok[m] = r->tokens[r->ctx_pos0 + (uint32_t)j];
+            e->ctx_seq[m] = ns;
+        }
+        e->ctx_seqs[ns++] = &r->kv;
+        r->ctx_pend = 0;
+    }
+    return ctx_run(e, m, ns);
+}
+
+dsp_status dsp_engine_ctx_keep(dsp_engine *e, dsp_req *r, uint32_t pos0, int32_t n_commit) {
+    if (!e->lazy_ctx || !dsp_engine_block_ctx(r) || r->ctx_dropped || n_commit <= 0) return DSP_OK;
+    const size_t W = ctx_width(e);
+    dsp_status st;
+    if (!r->ctx_taps && (st = e->be->ops->buf_create(e->be, DSP_CTX_KEEP * W, &r->ctx_taps))) return st;
+    if (r->ctx_pend + n_commit > DSP_CTX_KEEP && (st = ctx_flush(e, &r, 1))) return st;
+    if (r->ctx_pend == 0) r->ctx_pos0 = pos0;
+    DSP_ASSERT(r->ctx_pos0 + (uint32_t)r->ctx_pend == pos0 && n_commit <= DSP_CTX_KEEP);
+    e->be->ops->copy_rows(e->be, r->ctx_taps, W, (size_t)r->ctx_pend * W, dsp_fwd_taps(e->fwd), W, (size_t)r->row0 * W, n_commit, W);
+    r->ctx_pend += n_commit;
+    return DSP_OK;
+}
+
+uint32_t dsp_engine_ctx_len(const dsp_req *r, uint32_t committed) {
+    return r->ctx_pend > 0 && r->ctx_pos0 < committed ? r->ctx_pos0 : committed;
+}
+
+dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax, dsp_ctx_mode block_ctx) {
+    const bool bd = e->bd && block_ctx != DSP_CTX_NONE;
     int n_taps = bd ? e->bdi->n_taps : host_taps ? e->n_taps : 0;
     const int32_t *tap_layers = bd ? e->bdi->tap_layers : e->tap_layers;
     dsp_batch b = {n, e->btok, e->bseq, e->bpos, n_logits, e->brow, n_taps, n_taps ? tap_layers : NULL};
     dsp_status st = dsp_fwd_run(e->fwd, e->bseqs, n_seqs, &b, argmax ? NULL : e->logits, host_taps && e->taps ? e->taps : NULL);
     if (!st && argmax) st = dsp_fwd_argmax(e->fwd, n_logits, e->argmax);
+    if (!st && bd && block_ctx == DSP_CTX_LAZY) { /* the prefill chunks' rows now; decode rows wait (dsp_engine_ctx_keep) */
+        const size_t W = ctx_width(e);
+        int m = 0, ns = 0;
+        for (int i = 0; i < e->n_running; i++) {
+            dsp_req *r = e->running[i];
+            if (r->n_rows == 0 || r->state != DSP_REQ_PREFILL || !dsp_engine_block_ctx(r)) continue;
+            e->be->ops->copy_rows(e->be, e->ctx_stage, W, (size_t)m * W, dsp_fwd_taps(e->fwd), W, (size_t)r->row0 * W, r->n_rows, W);
+            for (int j = 0; j < r->n_rows; j++, m++) e->ctx_pos[m] = e->bpos[r->row0 + j], e->ctx_tok[m] = e->btok[r->row0 + j], e->ctx_seq[m] = ns;
+            e->ctx_seqs[ns++] = &r->kv;
+        }
+        return ctx_run(e, m, ns);
+    }
     if (!st && bd) {
         e->st.context_rows += (uint64_t)n;
         double t0 = now_ms();
@@ -483,6 +572,7 @@ static void give_up_block(dsp_engine *e, dsp_req *r) {
     r->pick = r->block = false;
     r->mode = DSP_SPEC_LOOKUP;
     r->ctx_dropped = true;
+    r->ctx_pend = 0;
 }
 
 /* --max-draft auto, before drafting: how many of r's drafts are expected to pay for the drafter
@@ -616,6 +706,13 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
     }
     if (nb > 0) { /* one block forward per max_breqs requests */
         double t0 = now_ms();
+        if (e->lazy_ctx) { /* the drafting requests' kept rows through the context step first */
+            int n_rs = 0;
+            for (int i = 0; i < e->n_running; i++)
+                if (e->running[i]->state == DSP_REQ_DECODE && e->running[i]->bslot >= 0) e->ctx_reqs[n_rs++] = e->running[i];
+            dsp_status st = ctx_flush(e, e->ctx_reqs, n_rs);
+            if (st) return st;
+        }
         for (int off = 0; off < nb; off += e->max_breqs) {
             int cnt = nb - off < e->max_breqs ? nb - off : e->max_breqs;
             dsp_status st = dsp_block_draft(e->bd, e->breqs + off, cnt);

@@ -336,7 +336,7 @@ const char *dsp_engine_backend(const dsp_engine *e) { return e->be->desc; }
 /* r's whole committed blocks into the prefix cache (not after it gave up the block drafter: see
  * give_up_block in draft.c) */
 static void publish(dsp_engine *e, dsp_req *r, uint32_t committed) {
-    if (!r->ctx_dropped) dsp_kv_seq_publish(e->kv, &r->kv, r->tokens, committed);
+    if (!r->ctx_dropped) dsp_kv_seq_publish(e->kv, &r->kv, r->tokens, dsp_engine_ctx_len(r, committed));
 }
 
 static void req_free(dsp_engine *e, dsp_req *r) {
@@ -348,6 +348,7 @@ static void req_free(dsp_engine *e, dsp_req *r) {
     dsp_stop_free(&r->stop);
     dsp_detok_stream_destroy(r->detok);
     if (r->own_drafter) dsp_drafter_destroy(r->drafter);
+    if (r->ctx_taps) e->be->ops->buf_destroy(e->be, r->ctx_taps);
     free(r->q);
     free(r->evtext);
     free(r->evtop);
@@ -363,6 +364,8 @@ void dsp_engine_destroy(dsp_engine *e) {
         req_free(e, r);
     }
     dsp_block_destroy(e->bd); /* before the pool it registered its store with */
+    if (e->ctx_stage) e->be->ops->buf_destroy(e->be, e->ctx_stage);
+    free(e->ctx_tok), free(e->ctx_seqs), free(e->ctx_reqs);
     free(e->breqs);
     free(e->creqs);
     dsp_fwd_destroy(e->fwd);
@@ -764,6 +767,11 @@ static void decode_done(dsp_engine *e, dsp_req *r, bool first) {
     }
     /* rollback: keep the KV of the tokens fed and accepted (positions < len + a) */
     if (r->kv.n_tokens > len + (uint32_t)a) dsp_kv_seq_truncate(e->kv, &r->kv, len + (uint32_t)a);
+    /* the lazy context step keeps the committed rows' taps: the anchor's and the accepted drafts' */
+    if (!first && (st = dsp_engine_ctx_keep(e, r, len - 1, a + 1))) {
+        fail(e, r, st);
+        return;
+    }
     if (r->t_first == 0) {
         r->t_first = now_ms();
         r->res.prefill_ms = r->t_first - r->t_admit;
@@ -914,7 +922,8 @@ dsp_status dsp_engine_step(dsp_engine *e, const dsp_event **events, size_t *n_ev
             e->argmax_round = r->p.logprobs < 0 && dsp_sample_params_plain_greedy(&r->sp);
     }
     double t_fwd = now_ms();
-    st = dsp_engine_forward(e, n, n_seqs, n_logits, n_taps > 0, e->argmax_round, block_ctx);
+    st = dsp_engine_forward(e, n, n_seqs, n_logits, n_taps > 0, e->argmax_round,
+                            !block_ctx ? DSP_CTX_NONE : e->lazy_ctx ? DSP_CTX_LAZY : DSP_CTX_ALL);
     t_fwd = now_ms() - t_fwd;
     if (!st) fit_round(e, n, t_fwd);
     e->st.rounds++;

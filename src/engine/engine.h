@@ -74,6 +74,11 @@ typedef struct dsp_req {
     bool pick;                   /* mode auto with a block drafter: lookup, block or nothing, chosen each round */
     uint32_t no_block_rounds;    /* (pick) decode rounds since the block drafter was last chosen */
     bool ctx_dropped;            /* (auto) the block drafter was given up: no context step, no more published blocks */
+    /* (lazy context step, draft.c) the taps of committed decode rows whose context step waits for the
+     * request's next block draft: ctx_pend rows at positions ctx_pos0.. (consecutive) */
+    dsp_buf *ctx_taps;
+    int32_t ctx_pend;
+    uint32_t ctx_pos0;
     float *q;                    /* (DSP_MAX_DRAFT, n_vocab) when the drafts come with their distribution */
     uint32_t observed;           /* tokens the drafter has seen */
     int32_t draft[DSP_MAX_DRAFT];
@@ -147,6 +152,13 @@ struct dsp_engine {
     const dsp_block_info *bdi;
     dsp_block_req *breqs;        /* (max_batch) this round's block drafts */
     int max_breqs;               /* requests per dsp_block_draft call */
+    /* the lazy context step (draft.c dsp_engine_ctx_keep): decode rows' context step runs just before
+     * the request's next block draft, over its committed rows only (the CPU backend) */
+    bool lazy_ctx;
+    dsp_buf *ctx_stage;          /* (batch_tokens rows of taps) the rows of one context step */
+    int32_t *ctx_tok, *ctx_pos, *ctx_seq; /* (batch_tokens) */
+    dsp_kv_seq **ctx_seqs;       /* (max_batch) */
+    dsp_req **ctx_reqs;          /* (max_batch) the requests of a flush */
     dsp_cost_req *creqs;         /* (max_batch) --max-draft auto's choice */
     dsp_spec_profile prof;
     bool have_prof;
@@ -202,10 +214,18 @@ dsp_status dsp_engine_draft_round(dsp_engine *e);
  * chunks included, the first prefill waiting at position pos (engine.c; at least decode_rows + 1) */
 int dsp_engine_prefill_budget(const dsp_engine *e, int decode_rows, int n_decoding, uint32_t pos);
 /* The round's target forward plus, with block_ctx, the block drafter's context step over the same
- * rows (a request among them may draft with it; the cost profile's forwards pass true: they time
- * what a drafting round costs); with argmax, only the rows' argmax comes back (e->argmax), not
- * their logits. */
-dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax, bool block_ctx);
+ * rows (a request among them may draft with it; the cost profile's forwards pass DSP_CTX_ALL: they
+ * time what a drafting round costs); DSP_CTX_LAZY (a round with e->lazy_ctx): the step runs now over
+ * the prefill rows only, decode rows keep their taps (dsp_engine_ctx_keep); with argmax, only the
+ * rows' argmax comes back (e->argmax), not their logits. */
+typedef enum { DSP_CTX_NONE, DSP_CTX_ALL, DSP_CTX_LAZY } dsp_ctx_mode;
+dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bool host_taps, bool argmax, dsp_ctx_mode block_ctx);
+/* Lazy context step: after r's verification, keep the taps of its committed rows (rows 0..n_commit-1
+ * of its block, positions pos0..) for the context step of its next block draft; flushes first when
+ * they would not fit. */
+dsp_status dsp_engine_ctx_keep(dsp_engine *e, dsp_req *r, uint32_t pos0, int32_t n_commit);
+/* The length up to which r's KV holds the block drafter's K/V too (publishing stops there). */
+uint32_t dsp_engine_ctx_len(const dsp_req *r, uint32_t committed);
 /* r may draft with the engine's block drafter (a block mode, or auto with one): the rounds it is in
  * run the drafter's context step, and its prefix blocks are cached under DSP_KV_SALT_BLOCK_CTX */
 bool dsp_engine_block_ctx(const dsp_req *r);
