@@ -410,10 +410,11 @@ dsp_status dsp_engine_ctx_keep(dsp_engine *e, dsp_req *r, uint32_t pos0, int32_t
     if (!e->lazy_ctx || !dsp_engine_block_ctx(r) || r->ctx_dropped || n_commit <= 0) return DSP_OK;
     const size_t W = ctx_width(e);
     dsp_status st;
-    if (!r->ctx_taps && (st = e->be->ops->buf_create(e->be, DSP_CTX_KEEP * W, &r->ctx_taps))) return st;
-    if (r->ctx_pend + n_commit > DSP_CTX_KEEP && (st = ctx_flush(e, &r, 1))) return st;
+    const int32_t keep = e->batch_tokens < DSP_CTX_KEEP ? e->batch_tokens : DSP_CTX_KEEP; /* a flush fits the stage */
+    if (!r->ctx_taps && (st = e->be->ops->buf_create(e->be, (size_t)keep * W, &r->ctx_taps))) return st;
+    if (r->ctx_pend + n_commit > keep && (st = ctx_flush(e, &r, 1))) return st;
     if (r->ctx_pend == 0) r->ctx_pos0 = pos0;
-    DSP_ASSERT(r->ctx_pos0 + (uint32_t)r->ctx_pend == pos0 && n_commit <= DSP_CTX_KEEP);
+    DSP_ASSERT(r->ctx_pos0 + (uint32_t)r->ctx_pend == pos0 && n_commit <= keep); /* n_commit <= the round's rows <= batch_tokens */
     e->be->ops->copy_rows(e->be, r->ctx_taps, W, (size_t)r->ctx_pend * W, dsp_fwd_taps(e->fwd), W, (size_t)r->row0 * W, n_commit, W);
     r->ctx_pend += n_commit;
     return DSP_OK;
