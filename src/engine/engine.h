@@ -226,8 +226,9 @@ dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bo
 dsp_status dsp_engine_ctx_keep(dsp_engine *e, dsp_req *r, uint32_t pos0, int32_t n_commit);
 /* The length up to which r's KV holds the block drafter's K/V too (publishing stops there). */
 uint32_t dsp_engine_ctx_len(const dsp_req *r, uint32_t committed);
-/* r may draft with the engine's block drafter (a block mode, or auto with one): the rounds it is in
- * run the drafter's context step, and its prefix blocks are cached under DSP_KV_SALT_BLOCK_CTX */
+/* r may draft with the engine's block drafter (a block mode, or auto with one): its rows go through
+ * the drafter's context step (in their round, or lazily before its next block draft), and its prefix
+ * blocks are cached under DSP_KV_SALT_BLOCK_CTX */
 bool dsp_engine_block_ctx(const dsp_req *r);
 #define DSP_KV_SALT_BLOCK_CTX 0x426c6f636bull /* "Block": cached blocks that hold the block drafter's K/V */
 /* After a decode-only round with a cost profile: `rows` rows in the forward, `extra_keys` keys
