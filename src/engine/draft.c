@@ -381,10 +381,20 @@ static dsp_status ctx_run(dsp_engine *e, int m, int ns) {
     return st;
 }
 
+/* append r's n_rows taps (rows row0.. of src, at positions pos0..) to the stage: rows *m.., sequence *ns */
+static void ctx_stage_rows(dsp_engine *e, int *m, int *ns, dsp_req *r, const dsp_buf *src, int row0, uint32_t pos0, int n_rows) {
+    const size_t W = ctx_width(e);
+    e->be->ops->copy_rows(e->be, e->ctx_stage, W, (size_t)*m * W, src, W, (size_t)row0 * W, n_rows, W);
+    for (int j = 0; j < n_rows; j++, (*m)++) {
+        e->ctx_pos[*m] = (int32_t)(pos0 + (uint32_t)j);
+        e->ctx_tok[*m] = r->tokens[pos0 + (uint32_t)j];
+        e->ctx_seq[*m] = *ns;
+    }
+    e->ctx_seqs[(*ns)++] = &r->kv;
+}
+
 /* the context step over the kept rows of n requests, in steps of at most batch_tokens rows */
 static dsp_status ctx_flush(dsp_engine *e, dsp_req *const *rs, int n) {
-    const size_t W = ctx_width(e);
-    const dsp_backend_ops *o = e->be->ops;
     int m = 0, ns = 0;
     for (int i = 0; i < n; i++) {
         dsp_req *r = rs[i];
@@ -394,13 +404,7 @@ static dsp_status ctx_flush(dsp_engine *e, dsp_req *const *rs, int n) {
             if (st) return st;
             m = ns = 0;
         }
-        o->copy_rows(e->be, e->ctx_stage, W, (size_t)m * W, r->ctx_taps, W, 0, r->ctx_pend, W);
-        for (int32_t j = 0; j < r->ctx_pend; j++, m++) {
-            e->ctx_pos[m] = (int32_t)(r->ctx_pos0 + (uint32_t)j);
-            e->ctx_tok[m] = r->tokens[r->ctx_pos0 + (uint32_t)j];
-            e->ctx_seq[m] = ns;
-        }
-        e->ctx_seqs[ns++] = &r->kv;
+        ctx_stage_rows(e, &m, &ns, r, r->ctx_taps, 0, r->ctx_pos0, r->ctx_pend);
         r->ctx_pend = 0;
     }
     return ctx_run(e, m, ns);
@@ -432,14 +436,11 @@ dsp_status dsp_engine_forward(dsp_engine *e, int n, int n_seqs, int n_logits, bo
     dsp_status st = dsp_fwd_run(e->fwd, e->bseqs, n_seqs, &b, argmax ? NULL : e->logits, host_taps && e->taps ? e->taps : NULL);
     if (!st && argmax) st = dsp_fwd_argmax(e->fwd, n_logits, e->argmax);
     if (!st && bd && block_ctx == DSP_CTX_LAZY) { /* the prefill chunks' rows now; decode rows wait (dsp_engine_ctx_keep) */
-        const size_t W = ctx_width(e);
         int m = 0, ns = 0;
         for (int i = 0; i < e->n_running; i++) {
             dsp_req *r = e->running[i];
             if (r->n_rows == 0 || r->state != DSP_REQ_PREFILL || !dsp_engine_block_ctx(r)) continue;
-            e->be->ops->copy_rows(e->be, e->ctx_stage, W, (size_t)m * W, dsp_fwd_taps(e->fwd), W, (size_t)r->row0 * W, r->n_rows, W);
-            for (int j = 0; j < r->n_rows; j++, m++) e->ctx_pos[m] = e->bpos[r->row0 + j], e->ctx_tok[m] = e->btok[r->row0 + j], e->ctx_seq[m] = ns;
-            e->ctx_seqs[ns++] = &r->kv;
+            ctx_stage_rows(e, &m, &ns, r, dsp_fwd_taps(e->fwd), r->row0, (uint32_t)e->bpos[r->row0], r->n_rows); /* a chunk: consecutive prompt positions */
         }
         return ctx_run(e, m, ns);
     }
