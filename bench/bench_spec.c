@@ -103,8 +103,11 @@ typedef struct cfg_result {
     size_t runs, block_drafts, lookup_only, gave_up; /* timed runs; the block drafter's drafts; auto runs started as lookup
                                                       * alone, or that gave the block drafter up */
     double ms, cpu_s;
-    double fwd_ms, drafter_ms, host_ms; /* the engine's time in its rounds (prefill included): target forwards with the
-                                         * drafter's context step, the block drafter (context and draft steps), the rest */
+    double fwd_ms, drafter_ms, host_ms; /* the engine's time in its rounds (prefill included): target forwards (with
+                                         * the drafter's eager context step), the block drafter (context and draft
+                                         * steps, wherever they ran), everything outside the forwards (the block
+                                         * drafter's draft step and lazy context step included: host - drafter
+                                         * is at most the rest) */
     uint64_t fwd_rows, ctx_rows;
 } cfg_result;
 

@@ -707,7 +707,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
         r->bslot = nb++;
     }
     if (nb > 0) { /* one block forward per max_breqs requests */
-        double t0 = now_ms();
+        double t0 = now_ms(), d0 = e->st.draft_ms; /* (the lazy context step below counts itself: counted once) */
         if (e->lazy_ctx) { /* the drafting requests' kept rows through the context step first */
             int n_rs = 0;
             for (int i = 0; i < e->n_running; i++)
@@ -721,7 +721,7 @@ dsp_status dsp_engine_draft_round(dsp_engine *e) {
             if (st) return st;
         }
         double ms = now_ms() - t0;
-        e->st.draft_ms += ms;
+        e->st.draft_ms = d0 + ms;
         e->st.block_drafts += (uint64_t)nb;
         e->round_draft_ms = ms / nb;
         e->round_block_ms = ms, e->round_nb = nb;
