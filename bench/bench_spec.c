@@ -132,13 +132,14 @@ static void cfg_name(dsp_spec_mode mode, int md, char *buf, size_t cap) {
 }
 
 #define USAGE "usage: bench_spec -m MODEL [--prompts DIR] [--sets copy,chat] [-n TOKENS] [--mode M,M,...] [--draft-model D]\n" \
-              "                  [--draft-vocab N|auto|0] [--dspark-threshold T]\n" \
+              "                  [--draft-vocab N|auto|0] [--draft-quant q4_0|q8_0] [--dspark-threshold T]\n" \
               "                  [--max-draft N,N,...|auto] [--reps R] [-t THREADS] [--backend cpu|cuda] [--kv-type f16|bf16] [--json]\n"
 
 int main(int argc, char **argv) {
     const char *model = NULL, *dir = "bench/prompts", *sets = "copy,chat", *drafts = "8", *draft_model = NULL, *modes = "lookup";
     int n_tokens = 128, reps = 3, threads = 2;
     int32_t draft_vocab = DSP_DRAFT_VOCAB_AUTO;
+    dsp_draft_quant draft_quant = DSP_DRAFT_QUANT_DEFAULT;
     dsp_device device = DSP_DEVICE_CPU;
     dsp_kv_type kv_type = DSP_KV_DEFAULT;
     bool json = false;
@@ -160,6 +161,15 @@ int main(int argc, char **argv) {
             else if (end != b && !*end && x >= 0 && x <= (1L << 24)) draft_vocab = x ? (int32_t)x : DSP_DRAFT_VOCAB_FULL;
             else {
                 fprintf(stderr, "bench_spec: --draft-vocab: '%s' is not a number of tokens, 0 (every token) or auto\n", b);
+                return 2;
+            }
+        }
+        else if (!strcmp(a, "--draft-quant") && v) {
+            const char *b = argv[++i];
+            if (!strcmp(b, "q4_0")) draft_quant = DSP_DRAFT_QUANT_Q4_0;
+            else if (!strcmp(b, "q8_0")) draft_quant = DSP_DRAFT_QUANT_Q8_0;
+            else {
+                fprintf(stderr, "bench_spec: --draft-quant: '%s' is not q4_0 or q8_0\n", b);
                 return 2;
             }
         }
@@ -237,6 +247,7 @@ int main(int argc, char **argv) {
     cp.no_prefix_cache = true; /* no prefix reuse between modes: each run prefills */
     cp.draft_model = draft_model;
     cp.draft_vocab = draft_vocab;
+    cp.draft_quant = draft_quant;
     cp.device = device;
     cp.kv_type = kv_type;
     dsp_engine *c;
@@ -370,9 +381,9 @@ int main(int argc, char **argv) {
                sysconf(_SC_NPROCESSORS_ONLN), mem_mb, un.sysname, un.release, dsp_git_commit);
         dsp_drafter_info di;
         bool have_di = dsp_engine_drafter_info(c, &di);
-        printf("\"model\": \"%s\", \"draft_model\": \"%s\", \"draft_vocab\": %d, \"backend\": \"%s\", \"threads\": %d, \"max_tokens\": %d, "
+        printf("\"model\": \"%s\", \"draft_model\": \"%s\", \"draft_vocab\": %d, \"draft_layer_type\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"max_tokens\": %d, "
                "\"reps\": %d, \"dspark_threshold\": %g, \"cost_scale\": [%.3f, %.3f, %.3f], \"sets\": [",
-               model, draft_model ? draft_model : "", have_di ? di.draft_vocab : 0, dsp_engine_backend(c), threads, n_tokens, reps, threshold, est.cost_scale[0],
+               model, draft_model ? draft_model : "", have_di ? di.draft_vocab : 0, have_di ? di.layer_type : "", dsp_engine_backend(c), threads, n_tokens, reps, threshold, est.cost_scale[0],
                est.cost_scale[1], est.cost_scale[2]);
         for (int i = 0; i < n_sets; i++) {
             printf("%s{\"name\": \"%s\", \"prompts\": %d, \"baseline_tok_per_s\": %.3f, \"mismatches\": %d, \"configs\": [", i ? ", " : "", res[i].name,

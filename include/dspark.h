@@ -207,12 +207,25 @@ typedef enum dsp_precision {
 } dsp_precision;
 const char *dsp_precision_to_string(dsp_precision p); /* "q8", "f32" */
 
+/* A float block drafter next to a quantized target, on the CPU with 8-bit activations (README "Block
+ * drafters on the CPU"): its layer matrices (with the tap projection and the Markov head's W2) are
+ * quantized at load to this type. Q4_0 (the default) streams half Q8_0's bytes a draft; its drafts
+ * differ by the rounding (acceptance within ~1% on the default model's drafter). Lossless either way;
+ * the GPU and --precision f32 keep the drafter's own type. */
+typedef enum dsp_draft_quant {
+    DSP_DRAFT_QUANT_DEFAULT = 0, /* Q4_0 */
+    DSP_DRAFT_QUANT_Q8_0,
+    DSP_DRAFT_QUANT_Q4_0,
+} dsp_draft_quant;
+const char *dsp_draft_quant_to_string(dsp_draft_quant q); /* "q8_0", "q4_0" */
+
 typedef struct dsp_engine_params {
     dsp_device device;
     int gpu;                /* CUDA device index */
     dsp_kv_type kv_type;    /* K/V element type (default: F16) */
     int n_threads;          /* CPU threads; 0 = physical cores */
     dsp_precision precision; /* CPU matmul arithmetic (default Q8) */
+    dsp_draft_quant draft_quant; /* the block drafter's matrices on the CPU (above; default Q4_0) */
     uint32_t n_ctx;         /* tokens per sequence; 0 = min(training context, 4096) */
     uint64_t kv_memory;     /* bytes of KV cache over all sequences; 0 = enough for max_batch full contexts,
                              * at most a quarter of physical memory (and at least one context) */
@@ -465,6 +478,7 @@ typedef struct dsp_drafter_info {
     bool confidence_head;
     bool shares_embedding, shares_lm_head; /* uses the target's tensors (no copy, or an equal one) */
     uint64_t n_params;          /* elements of the drafter's own tensors */
+    const char *layer_type;     /* its layers' matrix type as they run: "BF16", "Q4_0" (--draft-quant), ... */
     int32_t draft_vocab;        /* tokens drafts are taken from (the vocabulary size: all of them) */
     const char *draft_vocab_source; /* "full", "token id order", "draft_vocab.json" (+ "token id order") */
 } dsp_drafter_info;

@@ -130,6 +130,27 @@ static void test_eog_ids_in_vocab(void) {
     free(file.p);
 }
 
+/* load-time quantization takes the types core/quant writes and refuses others before touching a
+ * tensor (a Q4_1 request used to leave the rows unwritten: garbage weights, no error) */
+static void test_quantize_types(void) {
+    gb_model m;
+    gb_model_init(&m, "qwen3");
+    buf file;
+    dsp_model *model = NULL;
+    CHECK_MSG(load(&m, &file, &model) == DSP_OK, "%s", dsp_last_error());
+    if (model) {
+        const uint32_t before = model->w.layers[0].ffn_down->type;
+        dsp_status st = dsp_model_quantize(model, DSP_Q4_1, 1, false);
+        CHECK_MSG(st == DSP_ERR_UNSUPPORTED && strstr(dsp_last_error(), "Q4_1"), "status %d: %s", st, st ? dsp_last_error() : "quantized");
+        CHECK(model->w.layers[0].ffn_down->type == before);
+        CHECK_MSG(dsp_model_quantize(model, DSP_Q8_0, 1, false) == DSP_OK, "%s", dsp_last_error());
+        CHECK(model->w.layers[0].ffn_down->type == DSP_Q8_0);
+        check_runs(model);
+    }
+    dsp_model_destroy(model);
+    free(file.p);
+}
+
 int main(void) {
     DSP_RUN(test_valid_tiny_models);
     DSP_RUN(test_wrapped_head_product);
@@ -137,5 +158,6 @@ int main(void) {
     DSP_RUN(test_layer_count_bounded);
     DSP_RUN(test_shapes_checked);
     DSP_RUN(test_eog_ids_in_vocab);
+    DSP_RUN(test_quantize_types);
     return dsp_test_summary();
 }

@@ -45,6 +45,9 @@ int dsp_cli_parse_spec_opt(int argc, char **argv, int *i, struct dsp_gen_params 
 int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, struct dsp_engine_params *cp, bool *handled);
 /* --draft-vocab N|auto|0 -> dsp_engine_params.draft_vocab; prints the error and returns false */
 bool dsp_cli_parse_draft_vocab(const char *s, int32_t *out);
+/* --draft-quant q4_0|q8_0; false (with a message) otherwise */
+enum dsp_draft_quant;
+bool dsp_cli_parse_draft_quant(const char *s, enum dsp_draft_quant *out);
 struct dsp_tokenizer;
 /* text's token ids in *ids (malloc'd, at least one slot, the caller frees it also on an error) and
  * their count in *n: the count-then-fill pair of dsp_tokenize calls; non-zero (a dsp_status) on an error */
@@ -66,7 +69,8 @@ int dsp_cli_tokenize(const struct dsp_tokenizer *tok, const char *text, size_t l
     "      --draft-model D     a DFlash or DSpark drafter for the model: a Hugging Face directory or repo id\n" \
     "      --draft-vocab N|auto  the drafter proposes only the N most frequent tokens (its LM head runs over\n" \
     "                          N rows; lossless either way); 0: every token; auto (default): 16384 when the\n" \
-    "                          vocabulary is over 32768 and the LM head >= 1/8 of the model, else all (README)\n"
+    "                          vocabulary is over 32768 and the LM head >= 1/8 of the model, else all (README)\n" \
+    "      --draft-quant Q     a float drafter's matrices on the CPU: q4_0 (default) or q8_0 (README)\n"
 /* the help lines of the speculation options (dsp_cli_parse_gen_opt) */
 #define DSP_CLI_SPEC_HELP                                                                                       \
     "      --mode M            speculation: auto (default: with --draft-model, per round whichever of a\n"     \

@@ -97,8 +97,8 @@ void dsp_cli_log_spec(const dsp_engine *e, const dsp_gen_params *gp) {
     else snprintf(md, sizeof md, "%d", gp->max_draft);
     dsp_spec_mode mode = dsp_engine_resolve_mode(e, gp->mode);
     if (dsp_engine_drafter_info(e, &di))
-        fprintf(stderr, "dspark: speculation %s, max draft %s; drafter %s (%s %s, block %d, %d layers%s, draft vocabulary %d%s%s%s)\n",
-                dsp_spec_mode_to_string(mode), md, di.path, di.layout, di.kind, di.block, di.n_layers, di.markov_rank ? ", Markov head" : "",
+        fprintf(stderr, "dspark: speculation %s, max draft %s; drafter %s (%s %s, block %d, %d layers of %s%s, draft vocabulary %d%s%s%s)\n",
+                dsp_spec_mode_to_string(mode), md, di.path, di.layout, di.kind, di.block, di.n_layers, di.layer_type, di.markov_rank ? ", Markov head" : "",
                 di.draft_vocab, strcmp(di.draft_vocab_source, "full") ? " tokens by " : " tokens: ", di.draft_vocab_source,
                 strcmp(di.draft_vocab_source, "full") ? "" : " vocabulary");
     else
@@ -255,6 +255,16 @@ static bool parse_bytes(const char *opt, const char *s, uint64_t *out) {
     return true;
 }
 
+bool dsp_cli_parse_draft_quant(const char *s, enum dsp_draft_quant *out) {
+    if (!strcmp(s, "q4_0")) *out = DSP_DRAFT_QUANT_Q4_0;
+    else if (!strcmp(s, "q8_0")) *out = DSP_DRAFT_QUANT_Q8_0;
+    else {
+        fprintf(stderr, "dspark: --draft-quant: '%s' is not q4_0 or q8_0\n", s);
+        return false;
+    }
+    return true;
+}
+
 bool dsp_cli_parse_draft_vocab(const char *s, int32_t *out) {
     char *end = NULL;
     if (!strcmp(s, "auto")) {
@@ -282,7 +292,7 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
     if (*i + 1 >= argc && (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "--batch") ||
                            !strcmp(a, "--batch-tokens") || !strcmp(a, "--max-batch") || !strcmp(a, "--kv-memory") || !strcmp(a, "--device") ||
                            !strcmp(a, "--backend") || !strcmp(a, "--gpu") || !strcmp(a, "--kv-type") || !strcmp(a, "--draft-model") || !strcmp(a, "--draft-vocab") ||
-                           !strcmp(a, "--precision") || !strcmp(a, "--prefill-itl"))) {
+                           !strcmp(a, "--precision") || !strcmp(a, "--prefill-itl") || !strcmp(a, "--draft-quant"))) {
         fprintf(stderr, "dspark: option %s needs a value\n", a);
         return 2;
     }
@@ -331,6 +341,8 @@ int dsp_cli_parse_engine_opt(int argc, char **argv, int *i, dsp_engine_params *c
             fprintf(stderr, "dspark: %s: '%s' is not one of q8, f32\n", a, d);
             return 2;
         }
+    } else if (!strcmp(a, "--draft-quant")) {
+        if (!dsp_cli_parse_draft_quant(argv[++*i], &cp->draft_quant)) return 2;
     } else if (!strcmp(a, "--gpu")) {
         if (!num(a, argv[++*i], 0, 64, &v)) return 2;
         cp->gpu = (int)v;

@@ -109,6 +109,7 @@ bool dsp_engine_drafter_info(const dsp_engine *e, dsp_drafter_info *out) {
     out->shares_embedding = in->shares_embd;
     out->shares_lm_head = in->shares_head;
     out->n_params = in->n_params;
+    out->layer_type = dsp_dtype_name(in->layer_type);
     out->draft_vocab = in->draft_vocab;
     out->draft_vocab_source = in->draft_vocab_source;
     return true;

@@ -81,6 +81,7 @@ const char *dsp_kv_type_to_string(dsp_kv_type t) {
 static const char *const g_mode_names[] = {"baseline", "lookup", "auto", "dflash", "dspark", "hybrid"};
 
 const char *dsp_precision_to_string(dsp_precision p) { return p == DSP_PRECISION_F32 ? "f32" : "q8"; }
+const char *dsp_draft_quant_to_string(dsp_draft_quant q) { return q == DSP_DRAFT_QUANT_Q8_0 ? "q8_0" : "q4_0"; }
 
 const char *dsp_spec_mode_to_string(dsp_spec_mode m) {
     return (unsigned)m < sizeof g_mode_names / sizeof g_mode_names[0] ? g_mode_names[m] : "unknown";
@@ -206,17 +207,19 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
         return st;
     }
     /* A float drafter next to a quantized target, on the CPU with 8-bit activations: its layer
-     * matrices become Q8_0 and run on the same integer kernels as the target's (README "Block
-     * drafters on the CPU": its round 1.9 -> 1.2 ms on the default model, acceptance unchanged) */
+     * matrices become Q4_0 (or Q8_0) and run on the same integer kernels as the target's (README
+     * "Block drafters on the CPU": the draft step is bound by the stream of its weights) */
     const dsp_tensor *tdown = m->w.layers[0].ffn_down;
     if (e->bd && e->be->kind == DSP_BACKEND_CPU && p.precision != DSP_PRECISION_F32 && tdown && dsp_dtype_get(tdown->type)->block_elems > 1) {
-        if ((st = dsp_block_quantize(e->bd, DSP_Q8_0, p.n_threads))) {
+        const uint32_t qt = p.draft_quant == DSP_DRAFT_QUANT_Q8_0 ? DSP_Q8_0 : DSP_Q4_0;
+        if ((st = dsp_block_quantize(e->bd, qt, p.n_threads))) {
             dsp_block_destroy(e->bd);
             dsp_backend_destroy(e->be);
             free(e);
             return st;
         }
-        DSP_LOGI("block drafter: its float matrices quantized to Q8_0 for the CPU's 8-bit kernels (--precision f32 keeps them)");
+        DSP_LOGI("block drafter: its float matrices quantized to %s for the CPU's 8-bit kernels (--draft-quant q8_0|q4_0; --precision f32 keeps them)",
+                 dsp_dtype_name(qt));
     }
     if (e->bd) e->bdi = dsp_block_get_info(e->bd);
     /* context and KV pool (the GPU stores K/V in 16 bits) */

@@ -57,6 +57,9 @@ dsp_status dsp_model_quantize(dsp_model *m, uint32_t type, int n_threads, bool p
 
 dsp_status dsp_model_quantize_with(dsp_model *m, uint32_t type, int n_threads, bool progress, const dsp_tensor **const *extra, int n_extra) {
     dsp_weights *w = &m->w;
+    if (type != DSP_Q8_0 && type != DSP_Q4_0 && type != DSP_Q4_K) /* the types core/quant writes: rows of any other would be garbage */
+        return dsp_error(DSP_ERR_UNSUPPORTED, "quantize: type %s is not supported (Q8_0, Q4_0, Q4_K are)",
+                         dsp_dtype_get(type) ? dsp_dtype_get(type)->name : "?");
     const dsp_tensor ***slots = malloc((2 + 7 * (size_t)m->hp.n_layer + (size_t)(n_extra > 0 ? n_extra : 0)) * sizeof *slots);
     if (!slots) return dsp_error(DSP_ERR_NOMEM, "quantize: no memory");
     int ns = 0;

@@ -1017,9 +1017,9 @@ void dsp_srv_spec_json(dsp_srv *s) {
     dsp_drafter_info di;
     json_t *d = json_null();
     if (dsp_engine_drafter_info(s->engine, &di))
-        d = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:b, s:i}", "path", di.path, "kind", di.kind, "layout", di.layout, "block", di.block,
-                      "drafts_per_block", di.n_draft, "layers", di.n_layers, "markov_rank", di.markov_rank, "markov_head", di.markov_head,
-                      "confidence_head", di.confidence_head, "draft_vocab", di.draft_vocab);
+        d = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:i}", "path", di.path, "kind", di.kind, "layout", di.layout, "block", di.block,
+                      "drafts_per_block", di.n_draft, "layers", di.n_layers, "layer_type", di.layer_type, "markov_rank", di.markov_rank,
+                      "markov_head", di.markov_head, "confidence_head", di.confidence_head, "draft_vocab", di.draft_vocab);
     json_t *j = json_pack("{s:s, s:o, s:o}", "mode", dsp_spec_mode_to_string(dsp_engine_resolve_mode(s->engine, sp->mode)), "max_draft",
                           sp->max_draft == DSP_DRAFT_AUTO ? json_string("auto") : json_integer(sp->max_draft), "drafter", d ? d : json_null());
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;

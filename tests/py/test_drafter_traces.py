@@ -250,11 +250,17 @@ def test_copies_in_another_type(models, tmp_path):
     assert "'lm_head.weight' is a F32 copy of the target's Q8_0 output layer: using the target's" in err, err
     assert out["token_ids"] == base["token_ids"] and out["text"] == base["text"]
     assert out["spec"]["accepted"] > 0, out["spec"]  # the shared head still drafts what the target says
-    # next to a quantized target the CPU runs the drafter's float layers as Q8_0; --precision f32 keeps them
-    assert "block drafter: its float matrices quantized to Q8_0" in err, err
+    # next to a quantized target the CPU runs the drafter's float layers as Q4_0 (--draft-quant q8_0:
+    # Q8_0), lossless either way; --precision f32 keeps them
+    assert "block drafter: its float matrices quantized to Q4_0" in err, err
+    out8, err8 = _gen_ids(models, "--draft-model", os.path.join(models, "deepspec-dspark-b7"), "--mode", "dspark", "--draft-quant", "q8_0")
+    assert "block drafter: its float matrices quantized to Q8_0" in err8, err8
+    assert out8["token_ids"] == base["token_ids"] and out8["spec"]["accepted"] > 0, out8["spec"]
     out32, err32 = _gen_ids(models, "--draft-model", os.path.join(models, "deepspec-dspark-b7"), "--mode", "dspark", "--precision", "f32")
-    assert "quantized to Q8_0" not in err32, err32
+    assert "quantized to" not in err32, err32
     assert out32["spec"]["accepted"] > 0, out32["spec"]
+    r = dspark("generate", "-m", os.path.join(models, "target"), "-p", "hi", "-n", "4", "--draft-quant", "q4_1", ok=False)
+    assert r.returncode == 2 and "--draft-quant: 'q4_1' is not q4_0 or q8_0" in r.stderr, r.stderr
 
     # a copy that differs by one low mantissa bit is still the same values
     near = _copy(models, tmp_path, "deepspec-dspark-b7", "near")
