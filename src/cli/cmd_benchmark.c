@@ -61,6 +61,7 @@ static void usage(FILE *f) {
             "                       verified per round, drafter and verify time per round\n"
             "      --draft-model D  a DFlash/DSpark drafter for the model (directory or repo id)\n"
             "      --draft-vocab N|auto  its draft vocabulary: N tokens, 0 = every token (default auto; generate -h)\n"
+            "      --draft-quant Q  a float drafter's matrices on the CPU: q4_0 (default) or q8_0\n"
             "      --max-draft N|auto, --dspark-threshold T, --dspark-cumulative T, --hybrid-min N,\n"
             "      --draft-argmax, --lookup-min N, --lookup-max N   as for dspark generate (see its -h);\n"
             "                       with --max-draft auto the cost profile is measured first and printed\n"
@@ -319,6 +320,7 @@ static void add_stats(dsp_gen_result *sum, const dsp_gen_result *r) {
 /* dsp_generate of DECODE_TOKENS after g_decode_prompt through the engine on bp's device, a warm-up
  * and `repeat` runs; a speculative mode alternates with baseline runs (drifts in load hit both) */
 static int32_t g_draft_vocab = DSP_DRAFT_VOCAB_AUTO; /* --draft-vocab */
+static dsp_draft_quant g_draft_quant = DSP_DRAFT_QUANT_DEFAULT; /* --draft-quant */
 
 static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const char *draft_model, FILE *trace, const dsp_gen_params *gp, int repeat,
                          double *dec, double *dec_cpu, dec_result *dr, spec_report *sr) {
@@ -329,6 +331,7 @@ static int engine_decode(dsp_model *m, const dsp_backend_params *bp, const char 
     cp.max_batch = 1;
     cp.draft_model = draft_model;
     cp.draft_vocab = g_draft_vocab;
+    cp.draft_quant = g_draft_quant;
     cp.precision = bp->f32_activations ? DSP_PRECISION_F32 : DSP_PRECISION_Q8;
     cp.kv_type = bp->kv_type == DSP_BF16 ? DSP_KV_BF16 : bp->kv_type == DSP_F16 ? DSP_KV_F16 : bp->kv_type == DSP_F32 ? DSP_KV_F32 : DSP_KV_DEFAULT;
     dsp_engine *c = NULL;
@@ -456,6 +459,9 @@ int dsp_cmd_benchmark(int argc, char **argv) {
         else if (!strcmp(a, "--draft-model") && has_val) draft = argv[++i];
         else if (!strcmp(a, "--draft-vocab") && has_val) {
             if (!dsp_cli_parse_draft_vocab(argv[++i], &g_draft_vocab)) return 2;
+        }
+        else if (!strcmp(a, "--draft-quant") && has_val) {
+            if (!dsp_cli_parse_draft_quant(argv[++i], &g_draft_quant)) return 2;
         }
         else if (!strcmp(a, "--trace-rounds") && has_val) trace_path = argv[++i];
         else if (!strcmp(a, "--bw-mb") && has_val) bw_mb = atoi(argv[++i]);
