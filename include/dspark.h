@@ -217,7 +217,6 @@ typedef enum dsp_draft_quant {
     DSP_DRAFT_QUANT_Q8_0,
     DSP_DRAFT_QUANT_Q4_0,
 } dsp_draft_quant;
-const char *dsp_draft_quant_to_string(dsp_draft_quant q); /* "q8_0", "q4_0" */
 
 typedef struct dsp_engine_params {
     dsp_device device;

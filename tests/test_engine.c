@@ -229,6 +229,10 @@ static void test_bad_input(void) {
     CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
     CHECK(e == NULL);
     ep = dsp_engine_default_params();
+    ep.draft_quant = (dsp_draft_quant)3;
+    CHECK_EQ_INT(dsp_engine_create(g_m, &ep, &e), DSP_ERR_INVALID_ARG);
+    CHECK(e == NULL && strstr(dsp_last_error(), "drafter quantization"));
+    ep = dsp_engine_default_params();
     const float bad_itl[] = {0.5f, -1.0f, 101.0f, NAN};
     for (int i = 0; i < 4; i++) {
         ep.prefill_itl = bad_itl[i];

@@ -81,7 +81,6 @@ const char *dsp_kv_type_to_string(dsp_kv_type t) {
 static const char *const g_mode_names[] = {"baseline", "lookup", "auto", "dflash", "dspark", "hybrid"};
 
 const char *dsp_precision_to_string(dsp_precision p) { return p == DSP_PRECISION_F32 ? "f32" : "q8"; }
-const char *dsp_draft_quant_to_string(dsp_draft_quant q) { return q == DSP_DRAFT_QUANT_Q8_0 ? "q8_0" : "q4_0"; }
 
 const char *dsp_spec_mode_to_string(dsp_spec_mode m) {
     return (unsigned)m < sizeof g_mode_names / sizeof g_mode_names[0] ? g_mode_names[m] : "unknown";
@@ -163,6 +162,8 @@ dsp_status dsp_engine_create(dsp_model *m, const dsp_engine_params *pp, dsp_engi
         return dsp_error(DSP_ERR_INVALID_ARG, "unknown device %d", (int)p.device);
     if (p.kv_type != DSP_KV_DEFAULT && p.kv_type != DSP_KV_F16 && p.kv_type != DSP_KV_BF16 && p.kv_type != DSP_KV_F32)
         return dsp_error(DSP_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
+    if (p.draft_quant != DSP_DRAFT_QUANT_DEFAULT && p.draft_quant != DSP_DRAFT_QUANT_Q8_0 && p.draft_quant != DSP_DRAFT_QUANT_Q4_0)
+        return dsp_error(DSP_ERR_INVALID_ARG, "unknown drafter quantization %d", (int)p.draft_quant);
     if (p.device == DSP_DEVICE_AUTO) { /* the GPU when there is one and the model fits, else the CPU */
         if (dsp_backend_auto_kind() == DSP_BACKEND_CUDA) {
             dsp_engine_params q = p;
