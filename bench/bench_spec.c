@@ -165,11 +165,8 @@ int main(int argc, char **argv) {
             }
         }
         else if (!strcmp(a, "--draft-quant") && v) {
-            const char *b = argv[++i];
-            if (!strcmp(b, "q4_0")) draft_quant = DSP_DRAFT_QUANT_Q4_0;
-            else if (!strcmp(b, "q8_0")) draft_quant = DSP_DRAFT_QUANT_Q8_0;
-            else {
-                fprintf(stderr, "bench_spec: --draft-quant: '%s' is not q4_0 or q8_0\n", b);
+            if (!dsp_draft_quant_parse(argv[++i], &draft_quant)) {
+                fprintf(stderr, "bench_spec: --draft-quant: '%s' is not q4_0 or q8_0\n", argv[i]);
                 return 2;
             }
         }

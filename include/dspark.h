@@ -217,6 +217,8 @@ typedef enum dsp_draft_quant {
     DSP_DRAFT_QUANT_Q8_0,
     DSP_DRAFT_QUANT_Q4_0,
 } dsp_draft_quant;
+/* "q4_0" / "q8_0" (the option's spelling) -> *out; false for anything else */
+bool dsp_draft_quant_parse(const char *s, dsp_draft_quant *out);
 
 typedef struct dsp_engine_params {
     dsp_device device;

@@ -256,13 +256,9 @@ static bool parse_bytes(const char *opt, const char *s, uint64_t *out) {
 }
 
 bool dsp_cli_parse_draft_quant(const char *s, enum dsp_draft_quant *out) {
-    if (!strcmp(s, "q4_0")) *out = DSP_DRAFT_QUANT_Q4_0;
-    else if (!strcmp(s, "q8_0")) *out = DSP_DRAFT_QUANT_Q8_0;
-    else {
-        fprintf(stderr, "dspark: --draft-quant: '%s' is not q4_0 or q8_0\n", s);
-        return false;
-    }
-    return true;
+    if (dsp_draft_quant_parse(s, out)) return true;
+    fprintf(stderr, "dspark: --draft-quant: '%s' is not q4_0 or q8_0\n", s);
+    return false;
 }
 
 bool dsp_cli_parse_draft_vocab(const char *s, int32_t *out) {

@@ -82,6 +82,13 @@ static const char *const g_mode_names[] = {"baseline", "lookup", "auto", "dflash
 
 const char *dsp_precision_to_string(dsp_precision p) { return p == DSP_PRECISION_F32 ? "f32" : "q8"; }
 
+bool dsp_draft_quant_parse(const char *s, dsp_draft_quant *out) {
+    if (!strcmp(s, "q4_0")) *out = DSP_DRAFT_QUANT_Q4_0;
+    else if (!strcmp(s, "q8_0")) *out = DSP_DRAFT_QUANT_Q8_0;
+    else return false;
+    return true;
+}
+
 const char *dsp_spec_mode_to_string(dsp_spec_mode m) {
     return (unsigned)m < sizeof g_mode_names / sizeof g_mode_names[0] ? g_mode_names[m] : "unknown";
 }
