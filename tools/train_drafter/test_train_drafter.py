@@ -184,3 +184,13 @@ def test_init_from_core(tmp_path):
     assert "torch_dtype" not in cfg and cfg["target_layer_ids"] == drafter.c["target_layer_ids"]
     assert sorted(got) == keys and all(v.dtype == torch.float32 for v in got.values())
     assert torch.equal(got[keys[0]], sd[keys[0]].float())
+    # an exported drafter (model.safetensors, with the target's embedding copy beside the core) too:
+    # scripts/train-default-drafter's continuations start from the folder the run before exported
+    exp = tmp_path / "exported"
+    exp.mkdir()
+    save_file(dict(sd, **{"embed_tokens.weight": torch.zeros(4, 2, dtype=torch.bfloat16)}),
+              str(exp / "model.safetensors"))
+    (exp / "config.json").write_text(json.dumps(dict(drafter.c, torch_dtype="bfloat16")))
+    cfg2, got2 = T.read_trained(str(exp))
+    assert cfg2 == cfg and set(keys) <= set(got2)
+    assert all(torch.equal(got2[k], got[k]) for k in keys)
