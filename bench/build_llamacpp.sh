@@ -11,6 +11,11 @@
 # "avx2" (AVX2, FMA, F16C) or "native" (-march=native, this machine only). No AMX: the binary is
 # meant to run where dspark's kernels run, and AMX would need a separate variant. Static, OpenMP
 # thread pool (llama.cpp's default), weight repacking on (its default, GGML_CPU_REPACK).
+# LLAMACPP_CUDA=1: the CUDA backend too (sm_90, the lent H100/H200; CMAKE_CUDA_ARCHITECTURES from
+# LLAMACPP_CUDA_ARCH), CPU part avx2, into build-VERSION-cuda: llama-bench and llama-batched-bench
+# for issue 12's side-by-side on the GPU (bench/compare_llamacpp.py --backend cuda). Compiled here
+# (nvcc, no GPU needed); shared libraries (libggml-cuda.so and friends) beside the binaries, so that
+# the whole bin/ folder is carried to the GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")"
 VERSION=${1:-0.3.36}
@@ -26,6 +31,7 @@ fi
 [ -d "$SRC" ] || tar -xzf "$ROOT/llama_cpp_python-$VERSION.tar.gz" -C "$ROOT"
 
 cpu=${LLAMACPP_CPU:-}
+[ -z "$cpu" ] && [ "${LLAMACPP_CUDA:-0}" = 1 ] && cpu=avx2  # the GPU does the work; runs on any x86-64 host
 if [ -z "$cpu" ]; then
   if grep -qw avx512_vnni /proc/cpuinfo; then cpu=avx512; else cpu=avx2; fi
 fi
@@ -39,9 +45,19 @@ case "$cpu" in
   *) echo "build_llamacpp: LLAMACPP_CPU='$cpu' is not native, avx2 or avx512" >&2; exit 2 ;;
 esac
 BUILD=$ROOT/build-$VERSION-$cpu
-cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF \
+gpu=(-DBUILD_SHARED_LIBS=OFF -DGGML_CUDA=OFF)
+targets=(llama-bench llama-lookup)
+if [ "${LLAMACPP_CUDA:-0}" = 1 ]; then
+  [ "$cpu" = native ] && { echo "build_llamacpp: the CUDA variant runs elsewhere: not with LLAMACPP_CPU=native" >&2; exit 2; }
+  BUILD=$ROOT/build-$VERSION-cuda
+  gpu=(-DBUILD_SHARED_LIBS=ON -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${LLAMACPP_CUDA_ARCH:-90}"
+       -DCMAKE_BUILD_RPATH='$ORIGIN' -DCMAKE_INSTALL_RPATH='$ORIGIN')
+  targets=(llama-bench llama-batched-bench)
+  cpu=$cpu+cuda
+fi
+cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_METAL=OFF "${gpu[@]}" \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=ON \
   -DLLAMA_BUILD_TOOLS=ON "${opts[@]}" >&2
-cmake --build "$BUILD" --target llama-bench llama-lookup -j "${JOBS:-2}" >&2
+cmake --build "$BUILD" --target "${targets[@]}" -j "${JOBS:-2}" >&2
 echo "$cpu" > "$BUILD/bin/CPU_VARIANT"
 echo "$BUILD/bin"

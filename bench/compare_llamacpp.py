@@ -18,6 +18,12 @@ Thread scaling: `-t 1,2,4,8,16` runs every listed thread count (rounds alternate
 `--llama-threads 8,16` limits llama.cpp to some of them (to save time), `--decode-only` skips the
 prefill figure and `--n-gen N` shortens decode (tgN for both engines).
 
+GPU: `--backend cuda` runs both engines on the GPU (llama-bench `-ngl 99 -fa 1`, flash attention on
+as in issue 12's figures; dspark `--backend cuda`) with a llama.cpp built by
+`LLAMACPP_CUDA=1 bench/build_llamacpp.sh` (pass its bin/ with --llama-bin on the GPU machine);
+`--batched 1,2,4,8,16,32` adds llama.cpp's batched-bench (independent sequences, prompt 128,
+32 tokens each, as dspark's figure) next to dspark benchmark's batched decode at the same counts.
+
 llama-bench decodes without sampling; dspark's decode includes greedy sampling (a few us per
 token), so the comparison favours llama.cpp slightly. Nothing here is a dependency of dspark.
 """
@@ -46,9 +52,11 @@ def find_llama_bin(arg: str | None) -> str:
     return os.path.dirname(cands[-1])
 
 
-def run_llama(bindir: str, model: str, threads: int, timeout: int, n_gen: int, prefill: bool) -> dict:
+def run_llama(bindir: str, model: str, threads: int, timeout: int, n_gen: int, prefill: bool, backend: str = "cpu") -> dict:
     cmd = [os.path.join(bindir, "llama-bench"), "-m", model, "-t", str(threads), "-p", "512" if prefill else "0", "-n", str(n_gen),
            "-r", "1", "-o", "json"]
+    if backend == "cuda":
+        cmd += ["-ngl", "99", "-fa", "1"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"llama-bench failed ({r.returncode}): {r.stderr[-2000:]}")
@@ -58,16 +66,18 @@ def run_llama(bindir: str, model: str, threads: int, timeout: int, n_gen: int, p
             out["pp512"] = e["avg_ts"]
         elif e.get("n_gen") == n_gen and e.get("n_prompt") == 0:
             out["tg"] = e["avg_ts"]
-        out["info"] = {k: e.get(k) for k in ("build_commit", "build_number", "cpu_info", "backends", "model_type", "model_size",
-                                              "n_threads", "type_k", "flash_attn") if k in e}
+        out["info"] = {k: e.get(k) for k in ("build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_type", "model_size",
+                                              "n_threads", "n_gpu_layers", "type_k", "flash_attn") if k in e}
     if (prefill and out["pp512"] is None) or out["tg"] is None:
         raise RuntimeError("llama-bench: pp512 / tg missing from its JSON")
     return out
 
 
-def run_dspark(exe: str, model: str, threads: int, precision: str, timeout: int, n_gen: int, prefill: bool) -> dict:
+def run_dspark(exe: str, model: str, threads: int, precision: str, timeout: int, n_gen: int, prefill: bool, backend: str = "cpu") -> dict:
     cmd = [exe, "benchmark", "-m", model, "-t", str(threads), "-r", "1", "--json", "--bw-mb", "0", "--no-verify", "--no-batched",
-           "--precision", precision, "--decode-tokens", str(n_gen)]
+           "--decode-tokens", str(n_gen), "--backend", backend]
+    if backend == "cpu":
+        cmd += ["--precision", precision]
     if not prefill:
         cmd.append("--no-prefill")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -75,6 +85,39 @@ def run_dspark(exe: str, model: str, threads: int, precision: str, timeout: int,
         raise RuntimeError(f"dspark benchmark failed ({r.returncode}): {r.stderr[-2000:]}")
     j = json.loads(r.stdout)
     return {"pp512": j["prefill"]["tok_s"] if prefill else None, "tg": j["decode"]["tok_s"], "info": j["machine"]}
+
+
+def run_llama_batched(bindir: str, model: str, counts: list[int], timeout: int) -> dict:
+    """llama.cpp's batched-bench: independent sequences (-pps off), prompt 128, 32 generated each (dspark benchmark's batched figure: 128-token prefixes, 32 steps);
+    returns {count: generated tok/s (S_TG)}."""
+    npl = ",".join(str(c) for c in counts)
+    cmd = [os.path.join(bindir, "llama-batched-bench"), "-m", model, "-ngl", "99", "-fa", "on", "-c", str(max(counts) * 256 + 256),
+           "-b", "2048", "-ub", "512", "-npp", "128", "-ntg", "32", "-npl", npl, "--output-format", "jsonl"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"llama-batched-bench failed ({r.returncode}): {r.stderr[-2000:]}")
+    out = {}
+    for line in r.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            e = json.loads(line)
+            if "pl" in e and "speed_tg" in e:
+                out[int(e["pl"])] = e["speed_tg"]
+    if not out:
+        raise RuntimeError("llama-batched-bench: no jsonl lines: " + r.stdout[-1000:])
+    return out
+
+
+def run_dspark_batched(exe: str, model: str, counts: list[int], timeout: int, backend: str) -> dict:
+    """dspark benchmark's batched decode (1, 2, 4, ... 32 sequences, 128-token prefixes, one token
+    each per forward): {count: tok/s} for the counts asked for."""
+    cmd = [exe, "benchmark", "-m", model, "-r", "1", "--json", "--bw-mb", "0", "--no-verify", "--no-prefill", "--backend", backend]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"dspark benchmark --batched failed ({r.returncode}): {r.stderr[-2000:]}")
+    j = json.loads(r.stdout)
+    got = dict(zip(j["batched"]["seqs"], j["batched"]["tok_s"]))
+    return {c: got[c] for c in counts if c in got}
 
 
 def write_json(path: str, obj: dict) -> None:
@@ -110,6 +153,8 @@ def main() -> int:
     ap.add_argument("--dspark", default=os.path.join(ROOT, "build", "release", "dspark"))
     ap.add_argument("--precision", default="q8", choices=["q8", "f32"], help="dspark's --precision")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per engine run")
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"], help="where both engines run (cuda: llama.cpp built with LLAMACPP_CUDA=1)")
+    ap.add_argument("--batched", help="also batched decode at these sequence counts (e.g. 1,2,4,8,16,32; GPU)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--out", help="also write the JSON object to this file (e.g. bench/results/...)")
     a = ap.parse_args()
@@ -122,7 +167,11 @@ def main() -> int:
     bindir = find_llama_bin(a.llama_bin)
     variant_file = os.path.join(bindir, "CPU_VARIANT")
     variant = open(variant_file, encoding="utf-8").read().strip() if os.path.exists(variant_file) else "unknown"
-    result = {"schema": "dspark.compare_llamacpp/1", "cpu": cpu_name(), "nproc": os.cpu_count(), "threads": threads, "rounds": a.rounds,
+    gpu = None
+    if a.backend == "cuda":
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], capture_output=True, text=True)
+        gpu = r.stdout.strip() or None
+    result = {"schema": "dspark.compare_llamacpp/1", "backend": a.backend, "gpu": gpu, "cpu": cpu_name(), "nproc": os.cpu_count(), "threads": threads, "rounds": a.rounds,
               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "llama_bin": bindir, "llama_cpu_variant": variant,
               "dspark_precision": a.precision, "loadavg_before": os.getloadavg()[0], "files": []}
     for model in a.models:
@@ -136,9 +185,9 @@ def main() -> int:
                 order = ("llama", "dspark") if r % 2 == 0 else ("dspark", "llama")
                 for eng in order:
                     if eng == "llama" and with_llama:
-                        pair[eng] = run_llama(bindir, model, t, a.timeout, a.n_gen, prefill)
+                        pair[eng] = run_llama(bindir, model, t, a.timeout, a.n_gen, prefill, a.backend)
                     elif eng == "dspark":
-                        pair[eng] = run_dspark(a.dspark, model, t, a.precision, a.timeout, a.n_gen, prefill)
+                        pair[eng] = run_dspark(a.dspark, model, t, a.precision, a.timeout, a.n_gen, prefill, a.backend)
                 rounds.append(pair)
                 if not a.json:
                     msg = f"  {os.path.basename(model)} t={t} round {r + 1}: {tg} dspark {pair['dspark']['tg']:.1f}"
@@ -156,6 +205,10 @@ def main() -> int:
                     lv = [x["llama"][key] for x in rounds]
                     f[m]["llama"] = summary(lv)
                     f[m]["ratio"] = summary([x / y for x, y in zip(d, lv)])
+            if a.batched:
+                counts = [int(x) for x in a.batched.split(",")]
+                f["batched"] = {"counts": counts, "llama": run_llama_batched(bindir, model, counts, a.timeout),
+                                "dspark": run_dspark_batched(a.dspark, model, counts, a.timeout, a.backend)}
             result["files"].append(f)
             if a.out:  # after every entry: a run cut short keeps what it measured
                 write_json(a.out, result)
@@ -178,6 +231,10 @@ def main() -> int:
                 lv, q = f[m]["llama"], f[m]["ratio"]
                 line += f" {lv['median']:8.1f} ({lv['min']:.1f}..{lv['max']:.1f}) {q['median']:7.2f}x ({q['min']:.2f}..{q['max']:.2f})"
             print(line)
+        if "batched" in f:
+            b = f["batched"]
+            print("  batched decode tok/s (sequences: dspark / llama.cpp): " +
+                  ", ".join(f"{c}: {b['dspark'].get(c, 0):.0f} / {b['llama'].get(c, 0):.0f}" for c in b["counts"]))
     return 0
 
 
