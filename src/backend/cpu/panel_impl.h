@@ -49,6 +49,9 @@ AI pvi p_dp(pvi acc, pvi u, pvi x) {
     return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, x), _mm512_set1_epi16(1)));
 #endif
 }
+AI pvi p_maddubs(pvi u, pvi x) { return _mm512_maddubs_epi16(u, x); }
+AI pvi p_add16(pvi a, pvi b) { return _mm512_add_epi16(a, b); }
+AI pvi p_madd1_add(pvi acc, pvi t) { return _mm512_add_epi32(acc, _mm512_madd_epi16(t, _mm512_set1_epi16(1))); }
 AI pvi p_or(pvi a, pvi b) { return _mm512_or_si512(a, b); }
 AI pvi p_xor80(pvi a) { return _mm512_xor_si512(a, _mm512_set1_epi8((char)0x80)); }
 /* acc + the 4-byte sums of q * x for signed q (Q8_0 without VNNI: |q| times x with q's sign, which
@@ -83,6 +86,9 @@ AI pvi p_dp(pvi acc, pvi u, pvi x) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)));
 #endif
 }
+AI pvi p_maddubs(pvi u, pvi x) { return _mm256_maddubs_epi16(u, x); }
+AI pvi p_add16(pvi a, pvi b) { return _mm256_add_epi16(a, b); }
+AI pvi p_madd1_add(pvi acc, pvi t) { return _mm256_add_epi32(acc, _mm256_madd_epi16(t, _mm256_set1_epi16(1))); }
 AI pvi p_or(pvi a, pvi b) { return _mm256_or_si256(a, b); }
 AI pvi p_xor80(pvi a) { return _mm256_xor_si256(a, _mm256_set1_epi8((char)0x80)); }
 AI pvi p_dp_signed(pvi acc, pvi q, pvi x) {
@@ -94,6 +100,27 @@ AI pvi p_and8(pvi a, char m) { return _mm256_and_si256(a, _mm256_set1_epi8(m)); 
 AI vf p_u8f(const uint8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
 AI vf p_i8f(const uint8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
 #endif
+
+/* acc + the dword sums of u[g] * (activation dword g of x) for g < n. Without VNNI, vpmaddubsw's
+ * word pairs are summed in 16 bits over `per` groups before one vpmaddwd: exact, since a pair of
+ * u <= umax and |x| <= 127 (ops.h) is at most 254 umax, so per * 254 * umax < 32768 (4-bit types:
+ * 8 groups, 30,480; Q5_K 4, 31,496; Q6_K 2, 32,004). On the 2-vCPU Zen 1 EPYC (AVX2, no VNNI) the
+ * vpmaddwd per group was a third of the vector pass's multiplies. */
+AI pvi p_dp_run(pvi acc, const pvi *u, const int8_t *x, int n, int per) {
+#if defined(DSP_Q8_VNNI)
+    (void)per;
+    for (int g = 0; g < n; g++) acc = p_dp(acc, u[g], p_bcast4(x + 4 * g));
+#else
+    for (int g0 = 0; g0 < n; g0 += per) {
+        pvi t = p_maddubs(u[g0], p_bcast4(x + 4 * g0));
+        for (int g = g0 + 1; g < g0 + per && g < n; g++) t = p_add16(t, p_maddubs(u[g], p_bcast4(x + 4 * g)));
+        acc = p_madd1_add(acc, t);
+    }
+#endif
+    return acc;
+}
+/* groups per 16-bit run (p_dp_run) of a type's unsigned weights */
+AI int p_run_per(const uint32_t type) { return type == DSP_Q6_K ? 2 : type == DSP_Q5_K ? 4 : 8; }
 
 /* the weights of a block as 8 vectors of unsigned bytes u[g] (Q8_0: signed q): elements 4g..4g+3
  * of outputs VW h .. VW h + VW - 1 of the panel (ops.h layout; q: the block's bytes) */
@@ -172,7 +199,7 @@ AI void panel_pass(const dsp_cpu_panel_map *map, int64_t p, int h, const uint8_t
             if (q6) { /* seeds: -32 * (the sums of each half) */
                 const int32_t *lo = dsp_cpu_q8_nSlo(x[m], nbp), *hi = dsp_cpu_q8_nShi(x[m], nbp);
                 pvi sl = p_set1(32 * (lo[2 * b] + lo[2 * b + 1])), sh = p_set1(32 * (hi[2 * b] + hi[2 * b + 1]));
-                for (int g = 0; g < 4; g++) sl = p_dp(sl, u[g], p_bcast4(xq8 + 4 * g)), sh = p_dp(sh, u[g + 4], p_bcast4(xq8 + 16 + 4 * g));
+                sl = p_dp_run(sl, u, xq8, 4, p_run_per(type)), sh = p_dp_run(sh, u + 4, xq8 + 16, 4, p_run_per(type));
                 acc[m] = vfma(vmul(d0, dx), p_cvt(sl), acc[m]);
                 acc[m] = vfma(vmul(d1, dx), p_cvt(sh), acc[m]);
             } else {
@@ -183,7 +210,7 @@ AI void panel_pass(const dsp_cpu_panel_map *map, int64_t p, int h, const uint8_t
                     for (int g = 0; g < 8; g++) s = p_dp_signed(s, u[g], p_bcast4(xq8 + 4 * g));
                 else
 #endif
-                    for (int g = 0; g < 8; g++) s = p_dp(s, u[g], p_bcast4(xq8 + 4 * g));
+                    s = p_dp_run(s, u, xq8, 8, p_run_per(type));
                 acc[m] = vfma(vmul(d0, dx), p_cvt(s), acc[m]);
                 if (has_min) acc[m] = vfma(d1, vset1(dsp_cpu_q8_s(x[m], nbp)[2 * b]), acc[m]);
             }
