@@ -51,7 +51,8 @@ if [ "${LLAMACPP_CUDA:-0}" = 1 ]; then
   [ "$cpu" = native ] && { echo "build_llamacpp: the CUDA variant runs elsewhere: not with LLAMACPP_CPU=native" >&2; exit 2; }
   BUILD=$ROOT/build-$VERSION-cuda
   gpu=(-DBUILD_SHARED_LIBS=ON -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${LLAMACPP_CUDA_ARCH:-90}"
-       -DCMAKE_BUILD_RPATH='$ORIGIN' -DCMAKE_INSTALL_RPATH='$ORIGIN')
+       -DCMAKE_BUILD_RPATH='$ORIGIN' -DCMAKE_INSTALL_RPATH='$ORIGIN'
+       -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined)  # libcuda.so.1 (the driver) is on the GPU machine only
   targets=(llama-bench llama-batched-bench)
   cpu=$cpu+cuda
 fi
