@@ -548,6 +548,85 @@ static void test_rope_kv_fusion(void) {
     dsp_kv_pool_destroy(&pool);
 }
 
+/* attention -> matmul (the o projection) in one forward: the merge packs the matmul's input
+ * itself (DSP_CU_PREP_PACKED); the attention's output and the matmul's result must equal the two
+ * ops run in separate forwards, bit for bit. hd 64 x 9 heads = 576 columns leaves units past the
+ * row (zeros the merge writes), hd 128 x 8 none; Q4_1 reads the 32-block sums, BF16 does not. */
+static void test_attn_pack_one(int hq, int hk, int hd, uint32_t type, int n) {
+    const int bt = 16, K = hq * hd;
+    const int64_t M = 48;
+    dsp_kv_pool pool;
+    dsp_kv_seq s;
+    CHECK(dsp_kv_pool_create(&pool, bt, 8, false) == DSP_OK && dsp_kv_seq_init(&s, 128, bt, 0) == DSP_OK);
+    CHECK(dsp_kv_seq_reserve(&pool, &s, 40) == DSP_OK);
+    const dsp_kv_seq *sp[1] = {&s};
+    int32_t pos[40], seq[40], nk[40];
+    for (int i = 0; i < 40; i++) pos[i] = i, seq[i] = 0, nk[i] = i + 1;
+    dsp_be_batch wb = {40, NULL, pos, seq, nk, 1, sp};
+    dsp_be_batch b = {n, NULL, pos + 40 - n, seq, nk + 40 - n, 1, sp}; /* the last n positions */
+    tbuf tw, twd;
+    tensor_init(&tw, "blk.0.attn_output.weight", type, K, M);
+    tensor_init(&twd, "blk.0.ffn_down.weight", DSP_BF16, 2048, 16);
+    dsp_bweight *w, *wd;
+    CHECK(g_gpu->ops->weight_create(g_gpu, &tw.t, &w) == DSP_OK && g_gpu->ops->weight_create(g_gpu, &twd.t, &wd) == DSP_OK);
+    dsp_buf *xd, *yd;
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)40 * 2048, &xd) == DSP_OK && g_gpu->ops->buf_create(g_gpu, (size_t)40 * 16, &yd) == DSP_OK);
+    {
+        float *x0 = xalloc(sizeof(float) * 40 * 2048);
+        for (int i = 0; i < 40 * 2048; i++) x0[i] = frnd() + 3.0f;
+        g_gpu->ops->buf_write(g_gpu, xd, 0, x0, (size_t)40 * 2048);
+        free(x0);
+    }
+    dsp_buf *q, *k, *v, *o, *y;
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)40 * K, &q) == DSP_OK && g_gpu->ops->buf_create(g_gpu, (size_t)40 * hk * hd, &k) == DSP_OK);
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)40 * hk * hd, &v) == DSP_OK && g_gpu->ops->buf_create(g_gpu, (size_t)40 * K, &o) == DSP_OK);
+    CHECK(g_gpu->ops->buf_create(g_gpu, (size_t)40 * M, &y) == DSP_OK);
+    float *q0 = xalloc(sizeof(float) * 40 * K), *kv0 = xalloc(sizeof(float) * 40 * hk * hd);
+    for (int i = 0; i < 40 * K; i++) q0[i] = frnd();
+    dsp_kv_store *kv;
+    CHECK(g_gpu->ops->kv_create(g_gpu, 1, hk * hd, bt, 8, &kv) == DSP_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 40 * hk * hd; i++) kv0[i] = frnd() * 2.0f;
+        g_gpu->ops->buf_write(g_gpu, pass ? v : k, 0, kv0, (size_t)40 * hk * hd);
+    }
+    begin_end(g_gpu, &wb, true);
+    g_gpu->ops->kv_write(g_gpu, kv, 0, k, v);
+    begin_end(g_gpu, &wb, false);
+    g_gpu->ops->buf_write(g_gpu, q, 0, q0, (size_t)n * K);
+    float *res[2][2];
+    for (int split = 0; split < 2; split++) {
+        /* first a wider matmul, so that the packed-activation scratch holds non-zero units past
+         * this row's (which the fused merge must zero) */
+        begin_end(g_gpu, &b, true);
+        g_gpu->ops->matmul(g_gpu, 1, (const dsp_bweight *const *)&wd, &yd, xd, n);
+        begin_end(g_gpu, &b, false);
+        begin_end(g_gpu, &b, true);
+        g_gpu->ops->attention(g_gpu, o, q, kv, 0, hq, hk, hd, 1.0f / sqrtf((float)hd));
+        if (split) begin_end(g_gpu, &b, false), begin_end(g_gpu, &b, true);
+        g_gpu->ops->matmul(g_gpu, 1, (const dsp_bweight *const *)&w, &y, o, n);
+        begin_end(g_gpu, &b, false);
+        res[split][0] = rd(g_gpu, o, (size_t)n * K), res[split][1] = rd(g_gpu, y, (size_t)n * M);
+    }
+    CHECK_MSG(!memcmp(res[0][0], res[1][0], sizeof(float) * (size_t)n * K) && !memcmp(res[0][1], res[1][1], sizeof(float) * (size_t)n * M),
+              "attention -> matmul %s packed by the merge differs from the ops run apart (%d heads of %d, %d rows)",
+              dsp_dtype_name(type), hq, hd, n);
+    for (int i = 0; i < 2; i++) free(res[i][0]), free(res[i][1]);
+    free(q0), free(kv0), free(tw.data), free(twd.data);
+    g_gpu->ops->weight_destroy(g_gpu, w), g_gpu->ops->weight_destroy(g_gpu, wd);
+    dsp_buf *bufs[] = {q, k, v, o, y, xd, yd};
+    for (int i = 0; i < 7; i++) g_gpu->ops->buf_destroy(g_gpu, bufs[i]);
+    g_gpu->ops->kv_destroy(g_gpu, kv);
+    dsp_kv_seq_free(&pool, &s);
+    dsp_kv_pool_destroy(&pool);
+}
+
+static void test_attn_pack(void) {
+    test_attn_pack_one(9, 3, 64, DSP_Q4_1, 20);
+    test_attn_pack_one(9, 3, 64, DSP_BF16, 1);
+    test_attn_pack_one(8, 2, 128, DSP_Q4_1, 1);
+    test_attn_pack_one(8, 2, 128, DSP_Q8_0, 17);
+}
+
 static void test_attention(void) {
     static const att_case cases[] = {{8, 2, 128}, {9, 3, 64}, {4, 4, 32}};
     for (int i = 0; i < 3; i++) attention_case(g_gpu, &cases[i], 1e-5, "f16");
@@ -780,6 +859,7 @@ int main(void) {
     DSP_RUN(test_embed);
     DSP_RUN(test_attention);
     DSP_RUN(test_rope_kv_fusion);
+    DSP_RUN(test_attn_pack);
     DSP_RUN(test_logits);
     DSP_RUN(test_markov_greedy);
     DSP_RUN(test_graph_replay);

@@ -253,7 +253,7 @@ cudaError_t run_op(cu_backend *b, const op_rec &r) {
         dsp_cu_xpack xb = {b->xp, b->xsum, (int64_t)r.u[0]};
         dsp_cu_prep pr = {r.i[2], w[0]->K, dsp_cu_x_units(w[0]->K), xb.xs_stride, (float *)r.p[6], (float *)r.p[7],
                           (const float *)r.p[8], vecof(r.p[9]), (const float *)r.p[10], r.f[0], b->xp, b->xsum};
-        cudaError_t e = dsp_cu_prep_launch(&pr, r.i[1], st);
+        cudaError_t e = r.i[2] & DSP_CU_PREP_PACKED ? cudaSuccess : dsp_cu_prep_launch(&pr, r.i[1], st);
         return e != cudaSuccess ? e : dsp_cu_matmul(r.i[0], w, y, r.i[1], &xb, st);
     }
     case OP_ADD_BIAS: return dsp_cu_add_bias((float *)r.p[0], vecof(r.p[1]), r.i[0], r.i[1], st);
@@ -273,9 +273,11 @@ cudaError_t run_op(cu_backend *b, const op_rec &r) {
     case OP_KV_WRITE:
         return dsp_cu_kv_write(&((const dsp_kv_store *)r.p[0])->kv, r.i[0], (const float *)r.p[1], (const float *)r.p[2], r.i[1],
                                &b->meta, st);
-    case OP_ATTN:
+    case OP_ATTN: { /* i[7]: pack the output for the matmul after it (xsum stride u[0]) */
+        const dsp_cu_xpack pk = {b->xp, b->xsum, (int64_t)r.u[0]};
         return dsp_cu_attention((float *)r.p[0], (const float *)r.p[1], &((const dsp_kv_store *)r.p[2])->kv, r.i[0], r.i[1], r.i[2],
-                                r.i[3], r.i[4], r.f[0], r.i[5], r.i[6], b->part, &b->meta, st);
+                                r.i[3], r.i[4], r.f[0], r.i[5], r.i[6], b->part, &b->meta, r.i[7] ? &pk : nullptr, st);
+    }
     case OP_ADD: return dsp_cu_add((float *)r.p[0], (const float *)r.p[1], r.u[0], st);
     case OP_SWIGLU: return dsp_cu_swiglu((float *)r.p[0], (const float *)r.p[1], r.u[0], st);
     case OP_COPY_ROWS:
@@ -296,7 +298,7 @@ void op_label(const op_rec &r, char *out, size_t cap) {
         const dsp_cu_mat *w = matof(r.p[0]);
         snprintf(out, cap, "matmul %s %lldx%lld rows %s%s%s%s", dsp_dtype_name(w->L.type), (long long)M, (long long)w->K,
                  rows_bucket(r.i[1]), r.i[2] & DSP_CU_PREP_ADD ? " +add" : "", r.i[2] & DSP_CU_PREP_NORM ? " +rmsnorm" : "",
-                 r.i[2] & DSP_CU_PREP_SWIGLU ? " +swiglu" : "");
+                 r.i[2] & DSP_CU_PREP_SWIGLU ? " +swiglu" : r.i[2] & DSP_CU_PREP_PACKED ? " (packed by attention)" : "");
     } else if (r.kind == OP_ATTN) {
         snprintf(out, cap, "attention rows %s, %d chunks", rows_bucket(r.i[1]), r.i[5]);
     } else {
@@ -907,6 +909,14 @@ void cu_matmul(dsp_backend *be, int n, const dsp_bweight *const *w, dsp_buf *con
             b->n_recs--;
         }
     }
+    const uint64_t xs_stride = (uint64_t)((b->meta_T > n_rows ? b->meta_T : n_rows) + 63) / 64 * 64;
+    /* attention -> matmul (the o projection): the merge packs its rows (one kernel fewer a layer) */
+    if (last && last->kind == OP_ATTN && last->p[0] == x->d && last->i[1] == n_rows && (int64_t)last->i[2] * last->i[4] == w[0]->m.K &&
+        dsp_cu_attn_pack_ok(last->i[4]) && dsp_cu_attn_pack_enabled()) {
+        op_rec *a = &b->recs[b->n_recs - 1];
+        a->i[7] = 1, a->u[0] = xs_stride;
+        fused.i[2] = DSP_CU_PREP_PACKED;
+    }
     op_rec *r = rec(b, OP_MATMUL);
     if (!r) return;
     *r = fused;
@@ -914,7 +924,7 @@ void cu_matmul(dsp_backend *be, int n, const dsp_bweight *const *w, dsp_buf *con
     r->i[0] = n, r->i[1] = n_rows;
     for (int i = 0; i < n; i++) r->p[i] = w[i], r->p[3 + i] = y[i]->d;
     r->p[6] = x->d;
-    r->u[0] = (uint64_t)((b->meta_T > n_rows ? b->meta_T : n_rows) + 63) / 64 * 64; /* xsum stride */
+    r->u[0] = xs_stride;
 }
 
 void cu_add_bias(dsp_backend *be, dsp_buf *y, const dsp_bweight *bias, int n_rows, int dim) {

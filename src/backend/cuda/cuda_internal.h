@@ -86,6 +86,9 @@ typedef struct dsp_cu_xpack {
  * then X -> xp / xsum (dsp_cu_xpack). Bit-identical to the separate kernels. PREP_NORM and
  * PREP_SWIGLU do not combine; with PREP_NORM, K <= 40,960 (cudaErrorInvalidValue past it). */
 enum { DSP_CU_PREP_ADD = 1, DSP_CU_PREP_NORM = 2, DSP_CU_PREP_SWIGLU = 4 };
+/* a matmul record whose input the op before it has packed already (the attention merge): no
+ * preparation runs (cuda_backend.cu; never passed to dsp_cu_prep_launch) */
+enum { DSP_CU_PREP_PACKED = 8 };
 typedef struct dsp_cu_prep {
     int flags;
     int64_t K, units, xs_stride;
@@ -154,10 +157,17 @@ typedef struct dsp_cu_rope_args {
 cudaError_t dsp_cu_rope(const dsp_cu_rope_args *a, const dsp_cu_meta *m, cudaStream_t st);
 cudaError_t dsp_cu_kv_write(const dsp_cu_kv *kv, int layer, const float *k, const float *v, int n, const dsp_cu_meta *m,
                             cudaStream_t st);
-/* part: n * n_head * max_chunks * (head_dim + 2) floats of scratch */
+/* part: n * n_head * max_chunks * (head_dim + 2) floats of scratch. pack (may be NULL): the
+ * output rows are also packed there as the next matmul's input (n_head * head_dim columns; its
+ * preparation is then skipped), bit-identical to dsp_cu_prep_launch without flags on out; needs
+ * head_dim % 32 == 0 and head_dim <= DSP_CU_ATTN_PACK_MAX_HD (dsp_cu_attn_pack_ok) */
+#define DSP_CU_ATTN_PACK_MAX_HD 256
+static inline bool dsp_cu_attn_pack_ok(int head_dim) { return head_dim % 32 == 0 && head_dim <= DSP_CU_ATTN_PACK_MAX_HD; }
+/* the attention merge packs its output for the o projection: on unless $DSP_CUDA_ATTN_PACK=0 (read once) */
+bool dsp_cu_attn_pack_enabled(void);
 cudaError_t dsp_cu_attention(float *out, const float *q, const dsp_cu_kv *kv, int layer, int n, int n_head, int n_head_kv,
                              int head_dim, float scale, int max_chunks, int max_chunk_len, float *part, const dsp_cu_meta *m,
-                             cudaStream_t st);
+                             const dsp_cu_xpack *pack, cudaStream_t st);
 cudaError_t dsp_cu_add(float *x, const float *y, size_t n, cudaStream_t st);
 cudaError_t dsp_cu_swiglu(float *g, const float *u, size_t n, cudaStream_t st);
 cudaError_t dsp_cu_copy_rows(float *dst, size_t dst_ld, size_t dst_col, const float *src, size_t src_ld, size_t src_col,

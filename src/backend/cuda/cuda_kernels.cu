@@ -332,7 +332,7 @@ __global__ void kv_copy_kernel(dsp_cu_kv kv, uint32_t dst, uint32_t src) {
 struct attn_args {
     const float *q;
     dsp_cu_kv kv;
-    int layer, n_head, n_head_kv, hd, max_chunks, cmin;
+    int layer, n_head, n_head_kv, hd, max_chunks, cmin, vearly;
     float scale;
     float *part; /* [row][head][chunk] of (hd + 2): o[hd], m, l */
     dsp_cu_meta m;
@@ -385,6 +385,11 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
     }
     __syncthreads();
 
+    /* A chunk of at most ATT_WARPS * ATT_KB keys and one slice (decode and verify rows up to 512
+     * keys): each warp's V rows are loaded with its K rows, so the output needs no load after the
+     * softmax (the same values, the same operations; a.vearly = 0 loads them there instead) */
+    const bool early = a.vearly && n <= ATT_WARPS * ATT_KB && ns == 1;
+    float vpre[ATT_KB][4];
     for (int j0 = warp; j0 < n; j0 += ATT_WARPS * ATT_KB) {
         float acc[ATT_KB][GM];
 #pragma unroll
@@ -400,6 +405,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
                 const int j = j0 + ATT_WARPS * kb;
                 if (j < n) kv_load4(a.kv.k + slot[j] + d, kf[kb], a.kv.bf16);
                 else kf[kb][0] = kf[kb][1] = kf[kb][2] = kf[kb][3] = 0.0f;
+            }
+            if (early) {
+#pragma unroll
+                for (int kb = 0; kb < ATT_KB; kb++) {
+                    const int j = j0 + ATT_WARPS * kb;
+                    if (j < n) kv_load4(a.kv.v + slot[j] + d, vpre[kb], a.kv.bf16);
+                }
             }
 #pragma unroll
             for (int g = 0; g < GM; g++) {
@@ -456,7 +468,12 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
 #pragma unroll
             for (int kb = 0; kb < ATT_KB; kb++) {
                 const int j = j0 + ATT_WARPS * kb;
-                if (j < n) kv_load4(a.kv.v + slot[j] + d, vf[kb], a.kv.bf16);
+                if (early) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) vf[kb][e] = vpre[kb][e];
+                } else if (j < n) {
+                    kv_load4(a.kv.v + slot[j] + d, vf[kb], a.kv.bf16);
+                }
             }
 #pragma unroll
             for (int kb = 0; kb < ATT_KB; kb++) {
@@ -486,8 +503,18 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
     }
 }
 
-/* one CTA per (row, head): merge the row's chunks in order */
-__global__ void attn_merge_kernel(float *out, const float *part, int n_head, int hd, int max_chunks, int cmin, dsp_cu_meta m) {
+/* one CTA per (row, head): merge the row's chunks in order. With pk.xp, the head's columns of the
+ * row are also packed as the o projection's input (pack_chunk's units and 32-block sums, the same
+ * dsp_cu_x_unit and warp_sum over the same values: bit-identical to prep_cols_kernel on out), and
+ * the last head's CTA writes the zero units and sums past the row (up to pk.units). */
+struct attn_pack {
+    uint4 *xp;
+    float *xsum;
+    int64_t xs_stride, units;
+};
+
+__global__ void attn_merge_kernel(float *out, const float *part, int n_head, int hd, int max_chunks, int cmin, dsp_cu_meta m,
+                                  attn_pack pk) {
     dsp_cu_pdl_launch_dependents();
     const int row = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int nk = m.n_keys[row], nch = dsp_cu_attn_chunks(nk, cmin); /* (before the wait: attn_chunk_kernel) */
@@ -496,7 +523,7 @@ __global__ void attn_merge_kernel(float *out, const float *part, int n_head, int
     /* the chunks' max and sum, one thread each, then their weights exp(m_c - max): every thread
      * then reads them from shared memory instead of 3 x nch dependent global loads. The thread's
      * first dimension's partials of the first PB chunks are loaded with them (one round trip). */
-    __shared__ float cm[ATT_MAX_CHUNKS], cl[ATT_MAX_CHUNKS], ce[ATT_MAX_CHUNKS];
+    __shared__ float cm[ATT_MAX_CHUNKS], cl[ATT_MAX_CHUNKS], ce[ATT_MAX_CHUNKS], S[DSP_CU_ATTN_PACK_MAX_HD];
     const int d0 = threadIdx.x;
     float v0[PB];
 #pragma unroll
@@ -519,7 +546,28 @@ __global__ void attn_merge_kernel(float *out, const float *part, int n_head, int
             for (int j = 0; j < PB; j++)
                 if (c0 + j < nch) o = fmaf(v[j], ce[c0 + j], o);
         }
-        out[((int64_t)row * n_head + h) * hd + d] = l > 0.0f ? o / l : 0.0f;
+        const float res = l > 0.0f ? o / l : 0.0f;
+        out[((int64_t)row * n_head + h) * hd + d] = res;
+        if (pk.xp) S[d] = res;
+    }
+    if (!pk.xp) return;
+    __syncthreads();
+    const int64_t u0 = (int64_t)h * hd / 4;
+    uint4 *xr = pk.xp + (int64_t)row * pk.units;
+    for (int t = threadIdx.x; t < hd / 4; t += blockDim.x) {
+        uint32_t v[4];
+        dsp_cu_x_unit(S, hd, t, v);
+        xr[u0 + t] = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+    const int lane = threadIdx.x & 31;
+    for (int b = threadIdx.x >> 5; b < hd / 32; b += blockDim.x >> 5) {
+        const float s = warp_sum(S[32 * b + lane]);
+        if (lane == 0) pk.xsum[(u0 / 8 + b) * pk.xs_stride + row] = s;
+    }
+    if (h == n_head - 1) { /* past the row: what pack_chunk writes from its zeros */
+        const int64_t end = (int64_t)n_head * hd / 4;
+        for (int64_t t = end + threadIdx.x; t < pk.units; t += blockDim.x) xr[t] = make_uint4(0u, 0u, 0u, 0u);
+        for (int64_t b = end / 8 + threadIdx.x; b < pk.units / 8; b += blockDim.x) pk.xsum[b * pk.xs_stride + row] = 0.0f;
     }
 }
 
@@ -759,17 +807,32 @@ static size_t attn_smem(int G, int hd, int chunk) {
 
 cudaError_t dsp_cu_attention(float *out, const float *q, const dsp_cu_kv *kv, int layer, int n, int n_head, int n_head_kv,
                              int head_dim, float scale, int max_chunks, int max_chunk_len, float *part, const dsp_cu_meta *m,
-                             cudaStream_t st) {
+                             const dsp_cu_xpack *pack, cudaStream_t st) {
     const int G = n_head / n_head_kv;
-    if (G > MAX_GROUP || head_dim % 8 || max_chunks > ATT_MAX_CHUNKS) return cudaErrorInvalidValue;
-    attn_args a = {q, *kv, layer, n_head, n_head_kv, head_dim, max_chunks, dsp_cu_attn_cmin(), scale, part, *m};
+    if (G > MAX_GROUP || head_dim % 8 || max_chunks > ATT_MAX_CHUNKS || (pack && !dsp_cu_attn_pack_ok(head_dim)))
+        return cudaErrorInvalidValue;
+    const attn_pack pk = {pack ? pack->xp : nullptr, pack ? pack->xsum : nullptr, pack ? pack->xs_stride : 0,
+                          dsp_cu_x_units((int64_t)n_head * head_dim)};
+    static const int vearly = [] { /* $DSP_CUDA_ATTN_VEARLY=0: V loaded after the softmax (to compare) */
+        const char *e = getenv("DSP_CUDA_ATTN_VEARLY");
+        return e && !strcmp(e, "0") ? 0 : 1;
+    }();
+    attn_args a = {q, *kv, layer, n_head, n_head_kv, head_dim, max_chunks, dsp_cu_attn_cmin(), vearly, scale, part, *m};
     const dim3 grid((unsigned)(n * n_head_kv), (unsigned)max_chunks);
     const size_t sm = attn_smem(G, head_dim, max_chunk_len);
     if (sm > ATT_SMEM_MAX) return cudaErrorInvalidValue;
     cudaError_t e = dsp_cu_launch_dep(G <= 4 ? attn_chunk_kernel<4> : G <= 8 ? attn_chunk_kernel<8> : attn_chunk_kernel<16>, grid,
                                       dim3(ATT_WARPS * 32), sm, st, a);
     return e ? e : dsp_cu_launch_dep(attn_merge_kernel, dim3((unsigned)(n * n_head)), dim3(128), 0, st, out, (const float *)part, n_head,
-                                     head_dim, max_chunks, a.cmin, *m);
+                                     head_dim, max_chunks, a.cmin, *m, pk);
+}
+
+bool dsp_cu_attn_pack_enabled(void) {
+    static const bool on = [] {
+        const char *e = getenv("DSP_CUDA_ATTN_PACK");
+        return !(e && !strcmp(e, "0"));
+    }();
+    return on;
 }
 
 int dsp_cu_attn_cmin(void) {
