@@ -42,13 +42,10 @@ AI pvi p_nib_lo(pvi v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0F)); }
 AI pvi p_nib_hi(pvi v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F)); }
 AI vf p_scales(const uint16_t *d) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d)); }
 AI vf p_cvt(pvi v) { return _mm512_cvtepi32_ps(v); }
-AI pvi p_dp(pvi acc, pvi u, pvi x) {
 #if defined(DSP_Q8_VNNI)
-    return _mm512_dpbusd_epi32(acc, u, x);
-#else
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, x), _mm512_set1_epi16(1)));
+AI pvi p_dp(pvi acc, pvi u, pvi x) { return _mm512_dpbusd_epi32(acc, u, x); }
 #endif
-}
+/* without VNNI (p_dp_run): u x x word pairs; words added; acc + their dword pairs */
 AI pvi p_maddubs(pvi u, pvi x) { return _mm512_maddubs_epi16(u, x); }
 AI pvi p_add16(pvi a, pvi b) { return _mm512_add_epi16(a, b); }
 AI pvi p_madd1_add(pvi acc, pvi t) { return _mm512_add_epi32(acc, _mm512_madd_epi16(t, _mm512_set1_epi16(1))); }
@@ -58,7 +55,7 @@ AI pvi p_xor80(pvi a) { return _mm512_xor_si512(a, _mm512_set1_epi8((char)0x80))
  * vpmaddubsw cannot saturate) */
 AI pvi p_dp_signed(pvi acc, pvi q, pvi x) {
     const pvi xs = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(q), _mm512_setzero_si512(), x);
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(q), xs), _mm512_set1_epi16(1)));
+    return p_madd1_add(acc, p_maddubs(_mm512_abs_epi8(q), xs));
 }
 AI pvi p_and8(pvi a, char m) { return _mm512_and_si512(a, _mm512_set1_epi8(m)); }
 #define p_sll16(v, n) _mm512_slli_epi16((v), (n))
@@ -79,20 +76,17 @@ AI pvi p_nib_lo(pvi v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
 AI pvi p_nib_hi(pvi v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
 AI vf p_scales(const uint16_t *d) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d)); }
 AI vf p_cvt(pvi v) { return _mm256_cvtepi32_ps(v); }
-AI pvi p_dp(pvi acc, pvi u, pvi x) {
 #if defined(DSP_Q8_VNNI)
-    return _mm256_dpbusd_avx_epi32(acc, u, x);
-#else
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)));
+AI pvi p_dp(pvi acc, pvi u, pvi x) { return _mm256_dpbusd_avx_epi32(acc, u, x); }
 #endif
-}
+/* without VNNI (p_dp_run): u x x word pairs; words added; acc + their dword pairs */
 AI pvi p_maddubs(pvi u, pvi x) { return _mm256_maddubs_epi16(u, x); }
 AI pvi p_add16(pvi a, pvi b) { return _mm256_add_epi16(a, b); }
 AI pvi p_madd1_add(pvi acc, pvi t) { return _mm256_add_epi32(acc, _mm256_madd_epi16(t, _mm256_set1_epi16(1))); }
 AI pvi p_or(pvi a, pvi b) { return _mm256_or_si256(a, b); }
 AI pvi p_xor80(pvi a) { return _mm256_xor_si256(a, _mm256_set1_epi8((char)0x80)); }
 AI pvi p_dp_signed(pvi acc, pvi q, pvi x) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)), _mm256_set1_epi16(1)));
+    return p_madd1_add(acc, p_maddubs(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)));
 }
 AI pvi p_and8(pvi a, char m) { return _mm256_and_si256(a, _mm256_set1_epi8(m)); }
 #define p_sll16(v, n) _mm256_slli_epi16((v), (n))
