@@ -58,18 +58,55 @@ class Attention(nn.Module):
 
     def forward(self, x, ctx, rq, rk, mask):
         """x [b, Q, H] block rows; ctx [b, S, H] injected context features; rq/rk rope tables of
-        the queries (block positions) and keys (context then block positions); mask [b, 1, Q, S+Q]."""
+        the queries (block positions) and keys (context then block positions); mask [b, 1, Q, S+Q]
+        (bool), or a FlexMask (the same pattern as a block-sparse mask, for flex_attention)."""
         b, Q, _ = x.shape
         kv_in = torch.cat([ctx, x], dim=1)
         q = self.q_norm(self.q_proj(x).view(b, Q, self.nh, self.hd)).transpose(1, 2)
         k = self.k_norm(self.k_proj(kv_in).view(b, -1, self.nkv, self.hd)).transpose(1, 2)
         v = self.v_proj(kv_in).view(b, -1, self.nkv, self.hd).transpose(1, 2)
         q, k = apply_rope(q, *rq), apply_rope(k, *rk)
+        if isinstance(mask, FlexMask):
+            # in v's dtype: the projections' (bf16 under autocast; the norms and RoPE promote q, k to float32)
+            o = mask.attend(q.to(v.dtype), k.to(v.dtype), v, 1.0 / math.sqrt(self.hd))
+            return self.o_proj(o.transpose(1, 2).reshape(b, Q, self.nh * self.hd))
         if self.nkv != self.nh:
             k = k.repeat_interleave(self.nh // self.nkv, dim=1)
             v = v.repeat_interleave(self.nh // self.nkv, dim=1)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(self.hd))
         return self.o_proj(o.transpose(1, 2).reshape(b, Q, self.nh * self.hd))
+
+
+class FlexMask:
+    """The training forward's attention pattern for torch's flex_attention: block row q (anchor
+    qa = anchors[q // g]) sees the context positions before its anchor and the rows of its own block;
+    nothing else. Block-sparse: a tile of queries skips the context past its anchors and the other
+    blocks, where the dense mask of `Drafter.train_forward` computes and discards them. Rows of
+    dropped anchors (keep false; anchor 0) see their own block only: their outputs are never used.
+    S, the context length, is padded by the caller to a multiple of 128 (fewer compiled shapes)."""
+
+    _flex = None
+
+    def __init__(self, anchors: torch.Tensor, keep: torch.Tensor, g: int, S: int):
+        from torch.nn.attention.flex_attention import create_block_mask
+        b, N = anchors.shape
+        qa = torch.where(keep, anchors, torch.zeros_like(anchors)).repeat_interleave(g, dim=1)   # [b, Q]
+
+        def mask_mod(bi, h, q, kv):
+            ctx = (kv < S) & (kv < qa[bi, q])
+            blk = (kv >= S) & ((kv - S) // g == q // g)
+            return ctx | blk
+
+        dev = anchors.device
+        self.block_mask = create_block_mask(mask_mod, b, None, N * g, S + N * g, device=dev,
+                                            _compile=dev.type == "cuda")
+
+    def attend(self, q, k, v, scale: float):
+        if FlexMask._flex is None:
+            from torch.nn.attention.flex_attention import flex_attention
+            FlexMask._flex = torch.compile(flex_attention, dynamic=False) if q.is_cuda else flex_attention
+        return FlexMask._flex(q, k, v, block_mask=self.block_mask, scale=scale,
+                              enable_gqa=k.shape[1] != q.shape[1])
 
 
 class MLP(nn.Module):
@@ -135,6 +172,10 @@ class Drafter(nn.Module):
             self.confidence_head = ConfidenceHead(H + (r if c["confidence_head_with_markov"] else 0))
         self.embed_tokens.requires_grad_(False)  # frozen copies of the target's (DeepSpec does the same)
         self.lm_head.requires_grad_(False)
+        # training-time switches, not part of the config (the exported weights are the same):
+        # flex: the training forward's attention through flex_attention (FlexMask);
+        # fused_head: `logits` as one matmul of [h, W1[prev]] by [lm_head | W2], in the autocast dtype
+        self.flex, self.fused_head = False, False
 
     def init_weights(self, seed: int, embed: torch.Tensor, head: torch.Tensor) -> None:
         g = torch.Generator().manual_seed(seed)
@@ -187,14 +228,21 @@ class Drafter(nn.Module):
         block_ids = torch.full((b, N, g), self.mask_token_id, dtype=torch.long, device=dev)
         block_ids[:, :, 0] = torch.gather(input_ids, 1, anchors)
         block_pos = (anchors[:, :, None] + off).reshape(b, N * g)
-        ctx_pos = torch.arange(T, device=dev).expand(b, T)
-        qa = anchors.repeat_interleave(g, dim=1)                              # anchor of each query
-        ctx_vis = ctx_pos[:, None, :] < qa[:, :, None]                         # [b, Q, T]
-        qb = torch.arange(N * g, device=dev) // g
-        blk_vis = (qb[:, None] == qb[None, :]).expand(b, -1, -1)              # [b, Q, Q]
-        mask = torch.cat([ctx_vis, blk_vis], dim=2) & keep.repeat_interleave(g, dim=1)[:, :, None]
-        mask = mask | ~keep.repeat_interleave(g, dim=1)[:, :, None]  # dropped anchors: any row, masked later
-        h = self.backbone(block_ids.reshape(b, N * g), block_pos, taps, ctx_pos, mask[:, None])
+        if self.flex:  # the context padded to a multiple of 128 (never visible): fewer compiled shapes
+            S = -(-T // 128) * 128
+            taps = F.pad(taps, (0, 0, 0, S - T))
+            mask = FlexMask(anchors, keep, g, S)
+        else:
+            S = T
+            qa = anchors.repeat_interleave(g, dim=1)                          # anchor of each query
+            ctx_vis = torch.arange(T, device=dev)[None, None, :] < qa[:, :, None]   # [b, Q, T]
+            qb = torch.arange(N * g, device=dev) // g
+            blk_vis = (qb[:, None] == qb[None, :]).expand(b, -1, -1)          # [b, Q, Q]
+            kq = keep.repeat_interleave(g, dim=1)[:, :, None]
+            mask = (torch.cat([ctx_vis, blk_vis], dim=2) & kq) | ~kq   # dropped anchors: any row, masked later
+            mask = mask[:, None]
+        ctx_pos = torch.arange(S, device=dev).expand(b, S)
+        h = self.backbone(block_ids.reshape(b, N * g), block_pos, taps, ctx_pos, mask)
         h = h.view(b, N, g, -1)
         lab_idx = anchors[:, :, None] + off + 1
         valid = lab_idx < T
@@ -203,8 +251,14 @@ class Drafter(nn.Module):
         return h, prev, labels, valid
 
     def logits(self, h, prev):
-        """Markov-corrected draft logits [..., V] (float32) of block states h [..., H] whose
-        previous tokens are prev [...]."""
+        """Markov-corrected draft logits [..., V] of block states h [..., H] whose previous tokens are
+        prev [...]: float32, or the matmul's dtype with fused_head."""
+        if self.fused_head and self.markov_head is not None:
+            # one [M, V] product instead of two and their sum; left in the matmul's dtype (bf16 under
+            # autocast): the loss (row_terms) reads it once, in float32
+            w1 = self.markov_head.markov_w1(prev).to(h.dtype)
+            w = torch.cat([self.lm_head.weight, self.markov_head.markov_w2.weight], dim=1)
+            return F.linear(torch.cat([h, w1], dim=-1), w)
         z = self.lm_head(h).float()
         if self.markov_head is not None:
             z = z + self.markov_bias(prev).float()

@@ -194,3 +194,45 @@ def test_init_from_core(tmp_path):
     cfg2, got2 = T.read_trained(str(exp))
     assert cfg2 == cfg and set(keys) <= set(got2)
     assert all(torch.equal(got2[k], got[k]) for k in keys)
+
+
+def test_flex_mask_forward_equals_dense():
+    """The training forward through flex_attention's block-sparse mask (--flex 1; context padded to
+    128) gives the dense mask's block states on every kept anchor's rows (forward only: torch has no
+    flex_attention backward on the CPU)"""
+    target, drafter = tiny_pair()
+    ids = torch.randint(4, 96, (3, 40))
+    lm = torch.zeros(3, 40)
+    lm[0, 5:] = 1
+    lm[1, 36:] = 1  # few anchors: dropped (keep false) ones too
+    lm[2, 10:36] = 1
+    anchors, keep = T.sample_anchors(lm, 6, torch.Generator().manual_seed(5))
+    assert not bool(keep.all())
+    with torch.no_grad():
+        taps, _ = T.target_forward(target, ids, torch.ones_like(ids), drafter.c["target_layer_ids"])
+        h0, p0, l0, v0 = drafter.train_forward(ids, taps, anchors, keep)
+        drafter.flex = True
+        try:
+            h1, p1, l1, v1 = drafter.train_forward(ids, taps, anchors, keep)
+        finally:
+            drafter.flex = False
+    assert torch.equal(p0, p1) and torch.equal(l0, l1) and torch.equal(v0, v1)
+    torch.testing.assert_close(h1[keep], h0[keep], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(h0[0, 0], h0[0, -1])  # the states differ by anchor: the mask matters
+
+
+def test_fused_head_equals_two_products():
+    """--fused-head's one product of [h, W1[prev]] by [lm_head | W2] gives the two products' sum, and
+    the same gradients"""
+    _, drafter = tiny_pair()
+    h = torch.randn(11, 32, requires_grad=True)
+    prev = torch.randint(0, 96, (11,))
+    params = [h, drafter.markov_head.markov_w1.weight, drafter.markov_head.markov_w2.weight]
+    z0 = drafter.logits(h, prev)
+    g0 = torch.autograd.grad((z0 * torch.linspace(-1, 1, 96)).sum(), params)
+    drafter.fused_head = True
+    z1 = drafter.logits(h, prev)
+    g1 = torch.autograd.grad((z1 * torch.linspace(-1, 1, 96)).sum(), params)
+    torch.testing.assert_close(z1, z0, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g1, g0):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -62,15 +62,16 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------------------------
 # target
 
-def load_target(path: str, device):
+def load_target(path: str, device, dtype: str = "float32"):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    dt = getattr(torch, dtype)
     if path.endswith(".gguf"):
         d, f = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
-        model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=dt)
         tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dt)
         tok = AutoTokenizer.from_pretrained(path)
     model.requires_grad_(False)
     return model.to(device).eval(), tok
@@ -175,7 +176,9 @@ def target_logits(target, h):
     """The target's logits [..., V] (float32) of final hidden states h [..., H], as its causal-LM
     head makes them (with Gemma 2's final soft-capping where the config has it)."""
     import torch
-    z = target.get_output_embeddings()(h).float()
+    import torch.nn.functional as F
+    w = target.get_output_embeddings().weight
+    z = F.linear(h.float(), w.float())  # float32 whatever the target's dtype (--target-dtype)
     cfg = getattr(target.config, "text_config", None) or target.config
     cap = getattr(cfg, "final_logit_softcapping", None)
     return torch.tanh(z / cap) * cap if cap else z
@@ -489,6 +492,38 @@ def block_terms(drafter, target, ids, att, lm, anchors, keep, autocast, timer=NO
     return zp, conf, labels[emask], slot, zq, emask
 
 
+def train_step(drafter, target, opt, params, batch, anchors, keep, weights, autocast, lr, timer=NO_TIMER):
+    """One optimizer step on a batch (ids, att, lm) at sampled anchors; (stats, gradient norm)."""
+    import torch
+    from model import dspark_loss
+    ids, att, lm = batch
+    zp, conf, labels, slot, zq, _ = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast, timer)
+    loss, s, _ = dspark_loss(zp, zq, conf, labels, slot, drafter.block_size, **weights)
+    timer.mark("loss")
+    for gr in opt.param_groups:
+        gr["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    timer.mark("backward")
+    gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    timer.mark("optimizer")
+    return s, gn
+
+
+def loss_weights(args, cfg, target, device) -> dict:
+    """dspark_loss's keyword arguments: the objective's weights and its vocabulary-wide terms
+    (compiled on CUDA unless --compile 0)."""
+    from model import compiled_row_terms, row_terms
+    weights = dict(decay=args.loss_decay, ce_w=args.ce_w, tv_w=args.tv_w, conf_w=args.conf_w)
+    compile_loss = args.compile if args.compile is not None else device.type == "cuda"
+    weights["terms"] = compiled_row_terms(target.config.vocab_size, device, log) if compile_loss else row_terms
+    log(f"train: loss terms {'compiled' if weights['terms'] is not row_terms else 'eager'}")
+    if cfg["markov_rank"] == 0:
+        weights.update(ce_w=1.0, tv_w=0.0, conf_w=0.0)  # DeepSpec's DFlash recipe: CE only
+    return weights
+
+
 def peak_gib(device) -> str:
     import torch
     return f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if device.type == "cuda" else "n/a"
@@ -516,13 +551,16 @@ def read_trained(path: str) -> tuple[dict, dict]:
     return cfg, sd
 
 
-def build_drafter(cfg, target, device, seed: int):
-    import torch
+def build_drafter(cfg, target, device, seed: int, args=None):
+    """The drafter, initialized (seed; embed/lm_head copied from the target) on device; args sets
+    its training-time switches (--flex, --fused-head)."""
     from model import Drafter
     d = Drafter(cfg)
     emb = target.get_input_embeddings().weight.detach().float().cpu()
     head = target.get_output_embeddings().weight.detach().float().cpu()
     d.init_weights(seed, emb, head)
+    if args is not None:
+        d.flex, d.fused_head = bool(args.flex), bool(args.fused_head)
     return d.to(device)
 
 
@@ -531,7 +569,7 @@ def step_train(args, target, tok, device) -> bool:
     import contextlib
     import torch
     from tqdm import tqdm
-    from model import compiled_row_terms, dspark_loss, row_terms
+    from model import dspark_loss
     cdir = os.path.join(args.work, "ckpt")
     os.makedirs(cdir, exist_ok=True)
     cfg_path = os.path.join(cdir, "config.json")
@@ -550,7 +588,7 @@ def step_train(args, target, tok, device) -> bool:
         with open(cfg_path, "w", encoding="utf-8") as f:
             json.dump(cfg, f, indent=2)
     torch.manual_seed(args.seed)
-    drafter = build_drafter(cfg, target, device, args.seed)
+    drafter = build_drafter(cfg, target, device, args.seed, args)
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     state_path = os.path.join(cdir, "state.pt")
@@ -584,12 +622,7 @@ def step_train(args, target, tok, device) -> bool:
     cuda = device.type == "cuda"
     amp = args.amp if args.amp is not None else cuda
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext()
-    weights = dict(decay=args.loss_decay, ce_w=args.ce_w, tv_w=args.tv_w, conf_w=args.conf_w)
-    compile_loss = args.compile if args.compile is not None else cuda
-    weights["terms"] = compiled_row_terms(target.config.vocab_size, device, log) if compile_loss else row_terms
-    log(f"train: loss terms {'compiled' if weights['terms'] is not row_terms else 'eager'}")
-    if cfg["markov_rank"] == 0:
-        weights.update(ce_w=1.0, tv_w=0.0, conf_w=0.0)  # DeepSpec's DFlash recipe: CE only
+    weights = loss_weights(args, cfg, target, device)
     logf = open(os.path.join(args.work, "train_log.jsonl"), "a", encoding="utf-8")
     ev_batches = [ev[i:i + args.batch] for i in range(0, min(len(ev), args.eval_seqs), args.batch)]
 
@@ -640,18 +673,8 @@ def step_train(args, target, tok, device) -> bool:
         ids, att, lm = make_batch(recs, pad, args.max_len, device)
         anchors, keep = sample_anchors(lm, args.anchors, gen)
         timer.mark("batch")
-        zp, conf, labels, slot, zq, _ = block_terms(drafter, target, ids, att, lm, anchors, keep, autocast, timer)
-        loss, s, _ = dspark_loss(zp, zq, conf, labels, slot, drafter.block_size, **weights)
-        timer.mark("loss")
         lr = args.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress())))
-        for gr in opt.param_groups:
-            gr["lr"] = lr
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        timer.mark("backward")
-        gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        timer.mark("optimizer")
+        s, gn = train_step(drafter, target, opt, params, (ids, att, lm), anchors, keep, weights, autocast, lr, timer)
         phases = timer.end()
         if phases:
             log(f"train: ms per step by phase (steps {timer.first}-{timer.last - 1}, synchronized): "
@@ -904,6 +927,13 @@ def parse_args(argv=None):
                    help="bf16 autocast for the drafter (default: on for CUDA, off on the CPU)")
     g.add_argument("--compile", type=int, choices=(0, 1), default=None,
                    help="torch.compile the vocabulary-wide loss terms (default: on for CUDA; eager if compiling fails)")
+    g.add_argument("--flex", type=int, choices=(0, 1), default=0,
+                   help="the training forward's attention through flex_attention with a block-sparse mask "
+                        "(compiled on CUDA) instead of scaled_dot_product_attention with a dense one")
+    g.add_argument("--fused-head", type=int, choices=(0, 1), default=0,
+                   help="draft logits as one matmul of [h, W1[prev]] by [lm_head | W2] in bf16 (under autocast)")
+    g.add_argument("--target-dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="the target's weights and forward in the trainer (its logits are float32 either way)")
     g.add_argument("--init-from", default=None,
                    help="start from a trained drafter's core (a --core-only folder or an exported drafter): its "
                         "config and weights, a fresh optimizer and schedule (training continued over several runs)")
@@ -945,7 +975,7 @@ def main(argv=None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     t0 = time.time()
-    target, tok = load_target(args.target, device)
+    target, tok = load_target(args.target, device, args.target_dtype)
     log(f"target {args.target}: {type(target).__name__}, {target.config.num_hidden_layers} layers, "
         f"loaded in {time.time() - t0:.1f} s on {device}")
     if "data" in rest:
