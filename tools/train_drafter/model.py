@@ -104,6 +104,13 @@ class FlexMask:
     def attend(self, q, k, v, scale: float):
         if FlexMask._flex is None:
             from torch.nn.attention.flex_attention import flex_attention
+            if q.is_cuda:
+                # one compiled kernel per (batch, context length) shape: --max-len 640 makes 5 lengths,
+                # but past torch's recompile limit (8) it would fall back to eager (dense) flex_attention
+                import torch._dynamo.config as dc
+                for name in ("recompile_limit", "cache_size_limit"):
+                    if hasattr(dc, name):
+                        setattr(dc, name, max(getattr(dc, name), 64))
             FlexMask._flex = torch.compile(flex_attention, dynamic=False) if q.is_cuda else flex_attention
         return FlexMask._flex(q, k, v, block_mask=self.block_mask, scale=scale,
                               enable_gqa=k.shape[1] != q.shape[1])
