@@ -85,12 +85,15 @@ def run_variant(name: str, argv: list[str], target_cache: dict, a) -> dict:
     timer = T.PhaseTimer(cuda, a.warmup, a.warmup + a.steps)
 
     def step(i, tm):
-        tm.start(i)
         recs = synthetic_batch(args.batch, a.min_seq, a.max_seq, a.width, cfg["vocab_size"], rng)
+        if args.cache_taps:  # made before the step (untimed), as the trainer makes them before its loop
+            T.cache_features(target, recs, cfg["target_layer_ids"], 0, args.max_len, device, verbose=False)
+        tm.start(i)
         ids, att, lm = T.make_batch(recs, 0, args.max_len, device)
         anchors, keep = T.sample_anchors(lm, args.anchors, gen)
+        feats = T.batch_features(recs, ids.shape[1], device) if args.cache_taps else None
         tm.mark("batch")
-        T.train_step(drafter, target, opt, params, (ids, att, lm), anchors, keep, weights, autocast, args.lr, tm)
+        T.train_step(drafter, target, opt, params, (ids, att, lm), anchors, keep, weights, autocast, args.lr, tm, feats)
         return tm.end()
 
     t0 = time.time()

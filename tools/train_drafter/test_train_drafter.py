@@ -236,3 +236,28 @@ def test_fused_head_equals_two_products():
     torch.testing.assert_close(z1, z0, rtol=1e-5, atol=1e-5)
     for a, b in zip(g1, g0):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_cached_features_give_the_forwards_terms():
+    """--cache-taps: block_terms on the cached (bf16) features of a batch gives what the target's
+    forward gives, to bf16's precision, and the cache covers each record's tokens up to max_len"""
+    import contextlib
+    target, drafter = tiny_pair()
+    g = torch.Generator().manual_seed(11)
+    recs = [{"ids": torch.randint(4, 96, (n,), generator=g).tolist(), "prompt_len": 5} for n in (12, 30, 19, 25)]
+    T.cache_features(target, recs, drafter.c["target_layer_ids"], 0, 24, torch.device("cpu"), batch=3, verbose=False)
+    assert [r["_feat"].shape[0] for r in recs] == [12, 24, 19, 24]
+    ids, att, lm = T.make_batch(recs, 0, 24, torch.device("cpu"))
+    feats = T.batch_features(recs, ids.shape[1], torch.device("cpu"))
+    anchors, keep = T.sample_anchors(lm, 6, torch.Generator().manual_seed(3))
+    live = T.block_terms(drafter, target, ids, att, lm, anchors, keep, contextlib.nullcontext())
+    cached = T.block_terms(drafter, target, ids, att, lm, anchors, keep, contextlib.nullcontext(), feats=feats)
+    assert torch.equal(live[5], cached[5]) and int(live[5].sum()) > 0  # the same rows count
+    for a, b in zip(live[:2] + live[4:5], cached[:2] + cached[4:5]):  # zp, conf, zq
+        torch.testing.assert_close(b, a, rtol=0.05, atol=0.05)
+    taps, th = T.target_forward(target, ids, att, drafter.c["target_layer_ids"])
+    ref = torch.cat([taps, th], -1)
+    for i, r in enumerate(recs):  # each record's own positions, padding excluded
+        n = r["_feat"].shape[0]
+        torch.testing.assert_close(feats[i, :n].float(), ref[i, :n], rtol=0.02, atol=0.02)
+        assert not feats[i, n:].any()
