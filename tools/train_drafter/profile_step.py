@@ -58,7 +58,6 @@ def synthetic_batch(n: int, lo: int, hi: int, width: int, vocab: int, rng: rando
 
 
 def run_variant(name: str, argv: list[str], target_cache: dict, a) -> dict:
-    import contextlib
     import torch
     args = T.parse_args(["--target", a.target or "random"] + a.common + argv)
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -76,8 +75,7 @@ def run_variant(name: str, argv: list[str], target_cache: dict, a) -> dict:
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     weights = T.loss_weights(args, cfg, target, device)
     cuda = device.type == "cuda"
-    amp = args.amp if args.amp is not None else cuda
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext()
+    autocast = T.train_autocast(args, device)
     rng = random.Random(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     if cuda:

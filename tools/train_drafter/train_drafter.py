@@ -554,6 +554,14 @@ def batch_features(recs, L: int, device):
     return out.to(device, non_blocking=True)
 
 
+def train_autocast(args, device):
+    """The drafter's autocast context: bf16 on CUDA unless --amp 0, none on the CPU unless --amp 1."""
+    import contextlib
+    import torch
+    amp = args.amp if args.amp is not None else device.type == "cuda"
+    return torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext()
+
+
 def loss_weights(args, cfg, target, device) -> dict:
     """dspark_loss's keyword arguments: the objective's weights and its vocabulary-wide terms
     (compiled on CUDA unless --compile 0)."""
@@ -609,7 +617,6 @@ def build_drafter(cfg, target, device, seed: int, args=None):
 
 def step_train(args, target, tok, device) -> bool:
     """Train (or resume) until the schedule ends; False when --stop-after ended this run first."""
-    import contextlib
     import torch
     from tqdm import tqdm
     from model import dspark_loss
@@ -666,9 +673,7 @@ def step_train(args, target, tok, device) -> bool:
         t_c = time.time()
         cache_features(target, tr, cfg["target_layer_ids"], pad, args.max_len, device)
         elapsed += time.time() - t_c
-    cuda = device.type == "cuda"
-    amp = args.amp if args.amp is not None else cuda
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext()
+    autocast = train_autocast(args, device)
     weights = loss_weights(args, cfg, target, device)
     logf = open(os.path.join(args.work, "train_log.jsonl"), "a", encoding="utf-8")
     ev_batches = [ev[i:i + args.batch] for i in range(0, min(len(ev), args.eval_seqs), args.batch)]
