@@ -209,7 +209,7 @@ def _written_cross() -> list[str]:
     return old + [tpl.format(**{k: s}) for k in tpls for tpl in tpls[k] for s in subjects[k] + more[k]]
 
 
-def _split(text: str, eval_pct: float) -> str:
+def split_of(text: str, eval_pct: float) -> str:
     h = int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
     return "eval" if (h % 10000) < eval_pct * 100 else "train"
 
@@ -318,7 +318,7 @@ def build(root: str, n_debian: int, n_python: int, eval_pct: float, seed: int) -
     rng = random.Random(seed)
     prompts = debian_prompts(n_debian, rng) + python_prompts(n_python, rng) + written_prompts(rng)
     for p in prompts:
-        p["split"] = _split(p["text"], eval_pct)
+        p["split"] = split_of(p["text"], eval_pct)
         p["messages"] = [{"role": "user", "content": p.pop("text")}]
     prompts += bench_prompts(root)
     rng.shuffle(prompts)

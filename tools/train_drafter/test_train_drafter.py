@@ -84,6 +84,54 @@ def test_dspark_answers_requests_and_errors(tmp_path):
     assert r["temperature"] == 0 and "seed" not in r and r["max_tokens"] == 16
 
 
+def test_magpie_step_appends_filtered_messages(tmp_path):
+    """magpie: every request is the template's text before a user message's content, sampled with
+    its own seed; messages cut at the token limit, empty, marked up or already present are dropped;
+    the kept ones join prompts.jsonl (source magpie, a hash split, ids after the others); a second
+    run keeps the file as it is"""
+    import json
+    import types
+    fake = tmp_path / "dspark"
+    answers = [("How do I bake bread at home?", "stop"), ("Tell me about the", "length"), ("  ", "stop"),
+               ("Write a poem <|im_end|> about cats", "stop"), ("how do I  bake bread at home?", "stop"),
+               ("Explain photosynthesis to a ten-year-old.", "stop"), ("What is a good name for a cat?", "stop")]
+    fake.write_text("#!/usr/bin/env python3\n"
+                    "import json, sys\n"
+                    "reqs = [json.loads(l) for l in sys.stdin if l.strip()]\n"
+                    "json.dump(reqs, open(sys.argv[0] + '.reqs', 'w'))\n"
+                    f"ans = {answers!r}\n"
+                    "for i in range(len(reqs)):\n"
+                    "    print(json.dumps({'index': i, 'text': ans[i][0], 'finish_reason': ans[i][1], 'token_ids': []}))\n")
+    fake.chmod(0o755)
+
+    class Tok:
+        def apply_chat_template(self, msgs, add_generation_prompt, tokenize):
+            return "<s>system\nBe kind.</s>\n<s>user\n" + msgs[0]["content"] + "</s>\n"
+
+        def __call__(self, text, add_special_tokens):
+            return {"input_ids": [ord(c) for c in text]}
+
+    old = [{"source": "written", "messages": [{"role": "user", "content": "Explain photosynthesis to a ten-year-old."}],
+            "split": "train", "id": 0}]
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in old))
+    args = types.SimpleNamespace(dspark=str(fake), target="m.gguf", dspark_args="", work=str(tmp_path), n_magpie=len(answers),
+                                 magpie_max=40, magpie_temp=1.0, seed=3, eval_pct=50.0)
+    T.step_magpie(args, Tok())
+    reqs = json.loads((tmp_path / "dspark.reqs").read_text())
+    assert all(r["prompt_ids"] == [ord(c) for c in "<s>system\nBe kind.</s>\n<s>user\n"] for r in reqs)
+    assert len({r["seed"] for r in reqs}) == len(reqs) and all(r["max_tokens"] == 40 for r in reqs)
+    ps = [json.loads(line) for line in (tmp_path / "prompts.jsonl").read_text().splitlines()]
+    assert ps[0] == old[0]
+    assert [p["messages"][0]["content"] for p in ps[1:]] == ["How do I bake bread at home?", "What is a good name for a cat?"]
+    assert [p["id"] for p in ps] == [0, 1, 2] and all(p["source"] == "magpie" for p in ps[1:])
+    import prompts as P
+    assert all(p["split"] == P.split_of(p["messages"][0]["content"], 50.0) for p in ps[1:])
+    before = (tmp_path / "prompts.jsonl").read_text()
+    (tmp_path / "dspark.reqs").unlink()
+    T.step_magpie(args, Tok())
+    assert (tmp_path / "prompts.jsonl").read_text() == before and not (tmp_path / "dspark.reqs").exists()
+
+
 def tiny_pair(arch="dspark"):
     """A random 4-layer Llama target and a 1-layer drafter for it (vocabulary 96)."""
     import types

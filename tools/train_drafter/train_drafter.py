@@ -11,6 +11,11 @@ continues where it stopped.
   prompts  WORK/prompts.jsonl: chat, code and explanation prompts from material on this machine
            (Debian package descriptions, the Python standard library, prompts written for the
            project), ~3% held out, plus bench/prompts' chat and copy-heavy sets (eval only).
+  magpie   (with --n-magpie N) chat prompts written by the target itself: N requests of the chat
+           template's text up to a user message's content, sampled (--magpie-temp) by `dspark
+           batch`; the messages that end (end-of-turn token) and pass a filter (length, no
+           duplicates) join WORK/prompts.jsonl as source "magpie", ~3% held out like the others
+           (the Magpie method, Xu et al. 2024: more varied chat than the written templates).
   data     WORK/data/*.pt: the target's own answers (self-distillation): greedy for every prompt,
            plus sampled ones (--sample-temp) for a share of the training prompts; eval prompts get
            greedy answers only. --data-seconds bounds the time. --data-engine dspark has `dspark batch`
@@ -52,7 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-STEPS = ("prompts", "data", "train", "eval", "export")
+STEPS = ("prompts", "magpie", "data", "train", "eval", "export")
 
 
 def log(msg: str) -> None:
@@ -237,34 +242,96 @@ def generate_rows(target, ids, att, device, kw, mem: dict) -> list[list[int]]:
         return generate_rows(target, ids, att, device, kw, mem)
 
 
+def dspark_batch(args, reqs: list[dict]) -> list:
+    """`dspark batch` over requests (--dspark, --dspark-args): its answer objects in request order,
+    None where it could not answer (logged)."""
+    import shlex
+    import subprocess
+    cmd = [args.dspark, "batch", "-m", args.target, "--mode", "baseline", *shlex.split(args.dspark_args)]
+    p = subprocess.run(cmd, input="".join(json.dumps(q) + "\n" for q in reqs).encode(), capture_output=True)
+    if p.returncode not in (0, 3):  # 3: some requests failed (their lines say why)
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.decode()[-2000:]}")
+    tail = p.stderr.decode().strip().splitlines()
+    if tail:
+        log(f"dspark batch: {tail[-1]}")  # its requests, tokens and tokens per second
+    out = [None] * len(reqs)
+    for line in p.stdout.decode().splitlines():
+        a = json.loads(line)
+        if "error" in a:
+            log(f"dspark batch could not answer request {a['index']}: {a['error']['message']}")
+        else:
+            out[a["index"]] = a
+    return out
+
+
+MAGPIE_MARK = "\x00MAGPIE\x00"
+
+
+def magpie_prefix(tok) -> str:
+    """The chat template's text before a user message's content (system prompt included, as the
+    template writes it for a conversation without one)."""
+    t = tok.apply_chat_template([{"role": "user", "content": MAGPIE_MARK}], add_generation_prompt=False, tokenize=False)
+    if MAGPIE_MARK not in t:
+        raise SystemExit("magpie: the chat template does not show a user message's content")
+    return t[:t.index(MAGPIE_MARK)]
+
+
+def magpie_keep(text: str, seen: set) -> str | None:
+    """A generated user message worth asking: 3 to 120 words, no template markup, not seen before
+    (case and spacing ignored); the stripped text or None."""
+    t = text.strip()
+    words = t.split()
+    key = " ".join(words).lower()
+    if not 3 <= len(words) <= 120 or "<|" in t or "|>" in t or key in seen:
+        return None
+    seen.add(key)
+    return t
+
+
+def step_magpie(args, tok) -> None:
+    import prompts as P
+    path = os.path.join(args.work, "prompts.jsonl")
+    ps = read_prompts(args)
+    if args.n_magpie <= 0 or any(p["source"] == "magpie" for p in ps):
+        log("magpie: nothing to do" if args.n_magpie <= 0 else f"magpie: {path} has them, kept")
+        return
+    t0 = time.time()
+    pre = tok(magpie_prefix(tok), add_special_tokens=False)["input_ids"]
+    reqs = [{"prompt_ids": pre, "max_tokens": args.magpie_max, "temperature": args.magpie_temp, "top_p": 0.95,
+             "top_k": 0, "seed": args.seed * 7919 + i} for i in range(args.n_magpie)]
+    seen = {" ".join(m["content"].split()).lower() for p in ps for m in p["messages"] if m["role"] == "user"}
+    new, n_open = [], 0
+    for a in dspark_batch(args, reqs):
+        if a is None:
+            continue
+        if a["finish_reason"] != "stop":  # cut at --magpie-max: not a whole message
+            n_open += 1
+            continue
+        t = magpie_keep(a["text"], seen)
+        if t is not None:
+            new.append({"source": "magpie", "messages": [{"role": "user", "content": t}],
+                        "split": P.split_of(t, args.eval_pct), "id": len(ps) + len(new)})
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        for p in ps + new:
+            f.write(json.dumps(p, ensure_ascii=False) + "\n")
+    os.replace(path + ".tmp", path)
+    n_ev = sum(p["split"] == "eval" for p in new)
+    log(f"magpie: {len(new)} of {args.n_magpie} generated messages kept ({n_ev} held out; {n_open} cut at "
+        f"--magpie-max, the rest empty, marked up or repeated) in {time.time() - t0:.0f} s")
+
+
 def dspark_answers(args, encs: list[list[int]], mode: str, seed0: int) -> list:
     """The target's answers to prompt token lists from `dspark batch` (--data-engine dspark): the
     engine's own tokens, many sequences at a time (--dspark-args, e.g. "--backend cuda --max-batch
     128"), each what `dspark generate` gives for it alone. Lists of answer ids, an end-of-generation
     token included as the transformers path keeps it; None where dspark could not answer."""
-    import shlex
-    import subprocess
     reqs = []
     for r, e in enumerate(encs):
         q = {"prompt_ids": e, "max_tokens": args.max_new, "temperature": 0}
         if mode != "greedy":
             q.update(temperature=args.sample_temp, top_p=0.95, top_k=0, seed=seed0 + r)
-        reqs.append(json.dumps(q))
-    cmd = [args.dspark, "batch", "-m", args.target, "--mode", "baseline", *shlex.split(args.dspark_args)]
-    p = subprocess.run(cmd, input=("\n".join(reqs) + "\n").encode(), capture_output=True)
-    if p.returncode not in (0, 3):  # 3: some requests failed (their lines say why)
-        raise SystemExit(f"data: {' '.join(cmd)} failed ({p.returncode}): {p.stderr.decode()[-2000:]}")
-    tail = p.stderr.decode().strip().splitlines()
-    if tail:
-        log(f"data: {tail[-1]}")  # its requests, tokens and tokens per second
-    out = [None] * len(encs)
-    for line in p.stdout.decode().splitlines():
-        a = json.loads(line)
-        if "error" in a:
-            log(f"data: dspark batch could not answer prompt {a['index']}: {a['error']['message']}")
-        else:
-            out[a["index"]] = a["token_ids"]
-    return out
+        reqs.append(q)
+    return [a and a["token_ids"] for a in dspark_batch(args, reqs)]
 
 
 def step_data(args, target, tok, device) -> None:
@@ -543,15 +610,35 @@ def cache_features(target, recs, taps: list[int], pad: int, max_len: int, device
             f"{n_tok * f.shape[-1] * 2 / 2**30:.1f} GiB on the host) in {time.time() - t0:.1f} s")
 
 
+_PINNED = {}  # batch_features' pinned host buffer and the event of its last copy to the GPU
+
+
 def batch_features(recs, L: int, device):
-    """The cached features of a batch's records, right-padded with zeros to L positions, on device."""
+    """The cached features of a batch's records, right-padded with zeros to L positions, on device.
+    On CUDA they go through one pinned buffer, reused (a fresh pinned allocation of a batch's ~100-300
+    MB each step costs more than the copy): the fill waits for the previous batch's copy to end."""
     import torch
     f0 = recs[0]["_feat"]
-    out = torch.zeros((len(recs), L, f0.shape[1]), dtype=f0.dtype, pin_memory=device.type == "cuda")
+    shape = (len(recs), L, f0.shape[1])
+    n = shape[0] * shape[1] * shape[2]
+    if device.type == "cuda":
+        if "buf" not in _PINNED or _PINNED["buf"].numel() < n:
+            _PINNED["buf"] = torch.empty(n, dtype=f0.dtype, pin_memory=True)
+        if "ev" in _PINNED:
+            _PINNED["ev"].synchronize()
+        out = _PINNED["buf"][:n].view(shape)
+    else:
+        out = torch.empty(shape, dtype=f0.dtype)
     for i, r in enumerate(recs):
         x = r["_feat"][:L]
         out[i, :x.shape[0]] = x
-    return out.to(device, non_blocking=True)
+        out[i, x.shape[0]:] = 0
+    if device.type != "cuda":
+        return out
+    d = out.to(device, non_blocking=True)
+    _PINNED["ev"] = torch.cuda.Event()
+    _PINNED["ev"].record()
+    return d
 
 
 def train_autocast(args, device):
@@ -956,6 +1043,9 @@ def parse_args(argv=None):
     g.add_argument("--samples-by-source", default="",
                    help="sampled answers per training prompt by source, e.g. written=3,python=2 (others: --sample-frac)")
     g.add_argument("--sample-temp", type=float, default=0.8)
+    g.add_argument("--n-magpie", type=int, default=0, help="magpie step: chat prompts the target writes itself (requests)")
+    g.add_argument("--magpie-temp", type=float, default=1.0, help="magpie step: sampling temperature (top-p 0.95)")
+    g.add_argument("--magpie-max", type=int, default=96, help="magpie step: tokens per generated message at most")
     g.add_argument("--data-seconds", type=float, default=0, help="stop generating after this long (0: no limit)")
     g.add_argument("--data-engine", choices=("transformers", "dspark"), default="transformers",
                    help="who writes the greedy answers: transformers' generate on the training device, or `dspark batch` "
@@ -1034,6 +1124,8 @@ def main(argv=None) -> int:
     target, tok = load_target(args.target, device, args.target_dtype)
     log(f"target {args.target}: {type(target).__name__}, {target.config.num_hidden_layers} layers, "
         f"loaded in {time.time() - t0:.1f} s on {device}")
+    if "magpie" in rest:
+        step_magpie(args, tok)
     if "data" in rest:
         step_data(args, target, tok, device)
     if "train" in rest and not step_train(args, target, tok, device):
