@@ -132,6 +132,14 @@ def test_magpie_step_appends_filtered_messages(tmp_path):
     assert (tmp_path / "prompts.jsonl").read_text() == before and not (tmp_path / "dspark.reqs").exists()
 
 
+def test_eval_subset_takes_every_source_in_turn():
+    recs = [{"id": i, "source": s} for i, s in enumerate(["debian"] * 10 + ["python"] * 2 + ["magpie"] * 5 + ["written"] * 4)]
+    got = T.eval_subset(list(reversed(recs)), 9)
+    assert [r["source"] for r in got] == ["debian", "magpie", "python", "written"] * 2 + ["debian"]
+    assert [r["id"] for r in got if r["source"] == "debian"] == [0, 1, 2]
+    assert len(T.eval_subset(recs, 100)) == len(recs) and T.eval_subset(recs, 0) == []
+
+
 def tiny_pair(arch="dspark"):
     """A random 4-layer Llama target and a 1-layer drafter for it (vocabulary 96)."""
     import types

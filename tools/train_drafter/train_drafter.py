@@ -862,6 +862,21 @@ def load_trained(args, target, device, bf16_round: bool = True):
     return d.eval(), cfg
 
 
+def eval_subset(recs: list[dict], n: int) -> list[dict]:
+    """n held-out records taken in turn from each source (by id within a source), so that every
+    source is in the eval however the data step ordered them (it writes the held-out answers in
+    batches sorted by prompt length: the first n were the shortest prompts, and stop 48's 64 held
+    none of the magpie ones)."""
+    by: dict = {}
+    for r in sorted(recs, key=lambda r: r["id"]):
+        by.setdefault(r["source"], []).append(r)
+    out, k = [], 0
+    while len(out) < n and any(k < len(v) for v in by.values()):
+        out += [by[s][k] for s in sorted(by) if k < len(by[s])][:n - len(out)]
+        k += 1
+    return out
+
+
 def step_eval(args, target, tok, device) -> dict:
     """Greedy speculative decoding simulated on the held-out greedy answers: the target's greedy
     continuation is fixed, so one target forward gives every round's context taps."""
@@ -870,7 +885,7 @@ def step_eval(args, target, tok, device) -> dict:
     _, ev = read_data(args)
     ev = [r for r in ev if r["mode"] == "greedy"]
     ev = [r for r in ev if r["source"].startswith("bench-")] + \
-        [r for r in ev if not r["source"].startswith("bench-")][:args.eval_max]
+        eval_subset([r for r in ev if not r["source"].startswith("bench-")], args.eval_max)
     g = drafter.block_size
     thresholds = [0.0, 0.3, 0.5, 0.7, 0.9]
     per: dict = {}
