@@ -300,7 +300,7 @@ def step_magpie(args, tok) -> None:
     reqs = [{"prompt_ids": pre, "max_tokens": args.magpie_max, "temperature": args.magpie_temp, "top_p": 0.95,
              "top_k": 0, "seed": args.seed * 7919 + i} for i in range(args.n_magpie)]
     seen = {" ".join(m["content"].split()).lower() for p in ps for m in p["messages"] if m["role"] == "user"}
-    new, n_open = [], 0
+    new, n_open, id0 = [], 0, max((p["id"] for p in ps), default=-1) + 1
     for a in dspark_batch(args, reqs):
         if a is None:
             continue
@@ -310,7 +310,7 @@ def step_magpie(args, tok) -> None:
         t = magpie_keep(a["text"], seen)
         if t is not None:
             new.append({"source": "magpie", "messages": [{"role": "user", "content": t}],
-                        "split": P.split_of(t, args.eval_pct), "id": len(ps) + len(new)})
+                        "split": P.split_of(t, args.eval_pct), "id": id0 + len(new)})
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         for p in ps + new:
             f.write(json.dumps(p, ensure_ascii=False) + "\n")
