@@ -14,11 +14,12 @@
 #                                                 and the log as $OUT/trainlog.tgz), then the full
 #                                                 drafter in /dev/shm/d if the call has time
 #   tools/train_drafter/lent_gpu.sh bench         bench_spec --backend cuda on /dev/shm/d
-# OPTS are train_drafter.py options after the recipe's (e.g. --n-magpie 14000, --train-seconds 400).
+# Each step is scripts/train-default-drafter's recipe (--gpu-part; prepare: --steps prompts); OPTS
+# are train_drafter.py options after it (e.g. --n-magpie 14000, --train-seconds 400).
 # Env: TARGET (default the default model), LENT (default build/lent), CALL_S (a call's limit, 600).
 # Back here: copy the returned core/ somewhere writable, untar trainlog.tgz into it (metrics.json,
 # train_log.jsonl: a call returns at most 8 files), then scripts/train-default-drafter --finish DIR.
-# Stop 48 smoke-tested prepare, stage, data and train on a CPU (PATH with .venv-drafters' python,
+# Stop 48 smoke-tested prepare, stage, data and train on a CPU (twice: before and after the steps became the recipe script) (PATH with .venv-drafters' python,
 # DSPARK_ARGS="-t 2 --max-batch 16", tiny budgets); bench needs a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,7 +28,7 @@ el() { echo "[$((SECONDS - T0)) s] $*"; }
 L=${LENT:-build/lent}
 S=/dev/shm/st W=/dev/shm/w
 TD=tools/train_drafter/train_drafter.py
-SHAPE=(--layers 5 --block 7 --taps 1,8,15,22,28 --markov-rank 64 --seed 1234)
+RECIPE=scripts/train-default-drafter
 CALL_S=${CALL_S:-600}
 cmd=${1:-}; shift || true
 left() { echo $((CALL_S - 15 - (SECONDS - T0))); }  # seconds this call has left, with a margin
@@ -46,7 +47,7 @@ case "$cmd" in
     rm -f "$L"/gguf-*.whl
     "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
       --platform manylinux_2_28_x86_64 -d "$L" gguf==0.19.0
-    rm -rf "$L/w" && "$PY" $TD --target "$TARGET" --work "$L/w" --steps prompts --n-debian 20000 --n-python 3000 "$@"
+    rm -rf "$L/w" && PYTHON="$PY" TARGET="$TARGET" WORK="$L/w" $RECIPE --gpu-part "$L/w" --steps prompts "$@"
     xz -9 -c "$L/w/prompts.jsonl" > "$L/prompts.jsonl.xz" && rm -rf "$L/w"
     # bytes [0, 45 M), [45 M, 93.5 M), the rest: each part beside the ~15 MB tree stays under 64 MB
     dd if="$TARGET" of="$L/part0" bs=500000 count=90 status=none
@@ -72,24 +73,22 @@ case "$cmd" in
     echo "$(cat "$L/sha256")  $S/target.gguf" | sha256sum -c || exit 4
     mkdir -p /tmp/k $W && tar xJf $S/K.tar.xz -C /tmp/k && xz -dc $S/prompts.jsonl.xz > $W/prompts.jsonl
     site
-    timeout "$(left)" python3 $TD --target $S/target.gguf --work $W --steps magpie,data "${SHAPE[@]}" --max-new 256 \
-      --gen-batch 2048 --sample-frac 0 --data-engine dspark --dspark /tmp/k/.gpukit/bin/dspark \
-      --dspark-args "${DSPARK_ARGS:---backend cuda --max-batch 128}" --data-seconds 400 "$@" > "$OUT/data.log" 2>&1
+    PYTHON=python3 TARGET=$S/target.gguf WORK=$W timeout "$(left)" $RECIPE --gpu-part "$OUT" --steps magpie,data \
+      --dspark /tmp/k/.gpukit/bin/dspark ${DSPARK_ARGS:+--dspark-args "$DSPARK_ARGS"} --data-seconds 400 "$@" > "$OUT/data.log" 2>&1
     el "data rc $?"; grep -v "it/s\]" "$OUT/data.log" | tail -6
     xz -9 -c $W/prompts.jsonl > "$OUT/prompts.jsonl.xz"; du -sh $W/data ;;
   train)
     warm $S/target.gguf $W/data
     site
     rm -rf $W/ckpt $W/train_log.jsonl
-    timeout "$(left)" python3 $TD --target $S/target.gguf --work $W --out "$OUT/core" --steps train,eval,export --core-only \
-      "${SHAPE[@]}" --batch 64 --bucket 4 --anchors 64 --lr 1.2e-3 --train-steps 40000 --train-seconds 440 --eval-max 64 \
-      --log-every 50 --eval-every 500 --ckpt-every 500 --flex 1 --fused-head 1 --target-dtype bfloat16 "$@" > "$OUT/train.log" 2>&1
+    PYTHON=python3 TARGET=$S/target.gguf WORK=$W timeout "$(left)" $RECIPE --gpu-part "$OUT/core" --steps train,eval,export \
+      "$@" > "$OUT/train.log" 2>&1
     el "train rc $?"; grep -v "it/s\]" "$OUT/train.log" | grep "done\|eval:\|Error" | tail -4
     # a call returns at most 8 files: the 4 shards, config and vocabulary, train.log, and the rest in one tar
-    tar czf "$OUT/trainlog.tgz" -C $W metrics.json train_log.jsonl 2>/dev/null; rm -f "$OUT/core/metrics.json"
+    tar czf "$OUT/trainlog.tgz" -C $W metrics.json train_log.jsonl 2>/dev/null; rm -f "$OUT/core/metrics.json" "$OUT/core/train_log.jsonl"
     if [ "$(left)" -gt 60 ]; then
       timeout "$(left)" python3 $TD --target $S/target.gguf --work $W --steps export --core "$OUT/core" --out /dev/shm/d \
-        "${SHAPE[@]}" > /tmp/assemble.log 2>&1
+        > /tmp/assemble.log 2>&1
       el "assemble rc $?"
     else
       el "no time left to assemble /dev/shm/d: the bench call cannot run"

@@ -199,16 +199,22 @@ def step_prompts(args) -> None:
         log(f"prompts: {path} exists, kept")
         return
     ps = P.build(ROOT, args.n_debian, args.n_python, args.eval_pct, args.seed)
-    os.makedirs(args.work, exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        for p in ps:
-            f.write(json.dumps(p, ensure_ascii=False) + "\n")
-    os.replace(path + ".tmp", path)
+    write_prompts(args, ps)
     counts = {}
     for p in ps:
         k = f"{p['split']}/{p['source']}"
         counts[k] = counts.get(k, 0) + 1
     log(f"prompts: {len(ps)} -> {path} {json.dumps(counts, sort_keys=True)}")
+
+
+def write_prompts(args, ps: list[dict]) -> None:
+    """WORK/prompts.jsonl, replaced whole (a new file renamed over it)."""
+    path = os.path.join(args.work, "prompts.jsonl")
+    os.makedirs(args.work, exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        for p in ps:
+            f.write(json.dumps(p, ensure_ascii=False) + "\n")
+    os.replace(path + ".tmp", path)
 
 
 def read_prompts(args) -> list[dict]:
@@ -276,13 +282,17 @@ def magpie_prefix(tok) -> str:
     return t[:t.index(MAGPIE_MARK)]
 
 
+def magpie_key(text: str) -> str:
+    """A message as the magpie step compares them: case and spacing ignored."""
+    return " ".join(text.split()).lower()
+
+
 def magpie_keep(text: str, seen: set) -> str | None:
     """A generated user message worth asking: 3 to 120 words, no template markup, not seen before
-    (case and spacing ignored); the stripped text or None."""
+    (magpie_key); the stripped text or None."""
     t = text.strip()
-    words = t.split()
-    key = " ".join(words).lower()
-    if not 3 <= len(words) <= 120 or "<|" in t or "|>" in t or key in seen:
+    key = magpie_key(t)
+    if not 3 <= len(t.split()) <= 120 or "<|" in t or "|>" in t or key in seen:
         return None
     seen.add(key)
     return t
@@ -299,7 +309,7 @@ def step_magpie(args, tok) -> None:
     pre = tok(magpie_prefix(tok), add_special_tokens=False)["input_ids"]
     reqs = [{"prompt_ids": pre, "max_tokens": args.magpie_max, "temperature": args.magpie_temp, "top_p": 0.95,
              "top_k": 0, "seed": args.seed * 7919 + i} for i in range(args.n_magpie)]
-    seen = {" ".join(m["content"].split()).lower() for p in ps for m in p["messages"] if m["role"] == "user"}
+    seen = {magpie_key(m["content"]) for p in ps for m in p["messages"] if m["role"] == "user"}
     new, n_open, id0 = [], 0, max((p["id"] for p in ps), default=-1) + 1
     for a in dspark_batch(args, reqs):
         if a is None:
@@ -311,10 +321,7 @@ def step_magpie(args, tok) -> None:
         if t is not None:
             new.append({"source": "magpie", "messages": [{"role": "user", "content": t}],
                         "split": P.split_of(t, args.eval_pct), "id": id0 + len(new)})
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        for p in ps + new:
-            f.write(json.dumps(p, ensure_ascii=False) + "\n")
-    os.replace(path + ".tmp", path)
+    write_prompts(args, ps + new)
     n_ev = sum(p["split"] == "eval" for p in new)
     log(f"magpie: {len(new)} of {args.n_magpie} generated messages kept ({n_ev} held out; {n_open} cut at "
         f"--magpie-max, the rest empty, marked up or repeated) in {time.time() - t0:.0f} s")
