@@ -109,7 +109,7 @@ struct cu_backend {
 
     /* the forward */
     bool in_fwd;
-    int n_tokens, max_keys;
+    int n_tokens, max_keys, seq_runs;
     const dsp_be_batch *batch;
     const dsp_kv_store *checked_kv; /* KV store whose block ids this forward has validated */
     op_rec *recs; int n_recs, cap_recs;
@@ -276,7 +276,7 @@ cudaError_t run_op(cu_backend *b, const op_rec &r) {
     case OP_ATTN: { /* i[7]: pack the output for the matmul after it (xsum stride u[0]) */
         const dsp_cu_xpack pk = {b->xp, b->xsum, (int64_t)r.u[0]};
         return dsp_cu_attention((float *)r.p[0], (const float *)r.p[1], &((const dsp_kv_store *)r.p[2])->kv, r.i[0], r.i[1], r.i[2],
-                                r.i[3], r.i[4], r.f[0], r.i[5], r.i[6], b->part, &b->meta, r.i[7] ? &pk : nullptr, st);
+                                r.i[3], r.i[4], r.f[0], r.i[5], r.i[6], r.i[8] != 0, b->part, &b->meta, r.i[7] ? &pk : nullptr, st);
     }
     case OP_ADD: return dsp_cu_add((float *)r.p[0], (const float *)r.p[1], r.u[0], st);
     case OP_SWIGLU: return dsp_cu_swiglu((float *)r.p[0], (const float *)r.p[1], r.u[0], st);
@@ -300,7 +300,7 @@ void op_label(const op_rec &r, char *out, size_t cap) {
                  rows_bucket(r.i[1]), r.i[2] & DSP_CU_PREP_ADD ? " +add" : "", r.i[2] & DSP_CU_PREP_NORM ? " +rmsnorm" : "",
                  r.i[2] & DSP_CU_PREP_SWIGLU ? " +swiglu" : r.i[2] & DSP_CU_PREP_PACKED ? " (packed by attention)" : "");
     } else if (r.kind == OP_ATTN) {
-        snprintf(out, cap, "attention rows %s, %d chunks", rows_bucket(r.i[1]), r.i[5]);
+        snprintf(out, cap, "attention rows %s, %d chunks%s", rows_bucket(r.i[1]), r.i[5], r.i[8] ? " (rows kernel)" : "");
     } else {
         snprintf(out, cap, "%s", r.kind > 0 && r.kind <= OP_ROPE_KV ? names[r.kind] : "?");
     }
@@ -790,8 +790,9 @@ dsp_status cu_begin(dsp_backend *be, const dsp_be_batch *bt) {
     if (st) return st;
     const int T = b->meta_T, n = bt->n_tokens;
     int32_t *h = b->h_meta;
-    int max_keys = 0;
+    int max_keys = 0, runs = 0; /* runs: maximal spans of consecutive rows of one sequence */
     for (int i = 0; i < n; i++) {
+        runs += i == 0 || bt->seq[i] != bt->seq[i - 1];
         if (bt->seq[i] < 0 || bt->seq[i] >= bt->n_seqs || bt->pos[i] < 0 || bt->n_keys[i] < 0)
             return dsp_error(DSP_ERR_INVALID_ARG, "cuda: row %d: sequence %d, position %d, %d keys", i, bt->seq[i], bt->pos[i], bt->n_keys[i]);
         h[i] = bt->tokens ? bt->tokens[i] : 0;
@@ -807,7 +808,7 @@ dsp_status cu_begin(dsp_backend *be, const dsp_be_batch *bt) {
     off[bt->n_seqs] = (int32_t)o;
     b->meta_used = 5 * (size_t)T + 1 + o;
     b->meta_dirty = true;
-    b->batch = bt, b->n_tokens = n, b->max_keys = max_keys, b->checked_kv = nullptr;
+    b->batch = bt, b->n_tokens = n, b->max_keys = max_keys, b->seq_runs = runs, b->checked_kv = nullptr;
     b->stage_used = b->stage_flushed = 0;
     b->n_recs = 0, b->err = DSP_OK, b->errmsg[0] = 0;
     b->in_fwd = true;
@@ -993,6 +994,9 @@ void cu_attention(dsp_backend *be, dsp_buf *out, const dsp_buf *q, const dsp_kv_
     if (!r) return;
     r->p[0] = out->d, r->p[1] = q->d, r->p[2] = kv, r->i[0] = layer, r->i[1] = b->n_tokens, r->i[2] = n_head, r->i[3] = n_head_kv;
     r->i[4] = head_dim, r->f[0] = scale, r->i[5] = chunks, r->i[6] = dsp_cu_attn_chunk(b->max_keys, cmin);
+    /* i[8]: many rows per sequence (a prefill chunk): the kernel that shares each chunk's keys
+     * between the rows of a sequence (the same partials bit for bit, cuda_kernels.cu) */
+    r->i[8] = b->n_tokens > 64 && b->n_tokens >= 8 * b->seq_runs && dsp_cu_attn_rows_ok(n_head, n_head_kv, head_dim, r->i[6]);
 }
 
 void cu_add(dsp_backend *be, dsp_buf *x, const dsp_buf *y, size_t n) {

@@ -165,8 +165,11 @@ cudaError_t dsp_cu_kv_write(const dsp_cu_kv *kv, int layer, const float *k, cons
 static inline bool dsp_cu_attn_pack_ok(int head_dim) { return head_dim % 32 == 0 && head_dim <= DSP_CU_ATTN_PACK_MAX_HD; }
 /* the attention merge packs its output for the o projection: on unless $DSP_CUDA_ATTN_PACK=0 (read once) */
 bool dsp_cu_attn_pack_enabled(void);
+/* rows: attn_rows_kernel (rows of one sequence share each chunk's keys; bit-identical), where
+ * dsp_cu_attn_rows_ok allows it (chunks of up to 64 keys, head_dim <= 256; $DSP_CUDA_ATTN_ROWS=0: never) */
+bool dsp_cu_attn_rows_ok(int n_head, int n_head_kv, int head_dim, int max_chunk_len);
 cudaError_t dsp_cu_attention(float *out, const float *q, const dsp_cu_kv *kv, int layer, int n, int n_head, int n_head_kv,
-                             int head_dim, float scale, int max_chunks, int max_chunk_len, float *part, const dsp_cu_meta *m,
+                             int head_dim, float scale, int max_chunks, int max_chunk_len, bool rows, float *part, const dsp_cu_meta *m,
                              const dsp_cu_xpack *pack, cudaStream_t st);
 cudaError_t dsp_cu_add(float *x, const float *y, size_t n, cudaStream_t st);
 cudaError_t dsp_cu_swiglu(float *g, const float *u, size_t n, cudaStream_t st);

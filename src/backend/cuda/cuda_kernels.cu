@@ -332,7 +332,7 @@ __global__ void kv_copy_kernel(dsp_cu_kv kv, uint32_t dst, uint32_t src) {
 struct attn_args {
     const float *q;
     dsp_cu_kv kv;
-    int layer, n_head, n_head_kv, hd, max_chunks, cmin, vearly;
+    int layer, n_head, n_head_kv, hd, max_chunks, cmin, vearly, rows_mode;
     float scale;
     float *part; /* [row][head][chunk] of (hd + 2): o[hd], m, l */
     dsp_cu_meta m;
@@ -500,6 +500,201 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
         for (int w = 1; w < ATT_WARPS; w++) v += po[w * G * hd + i];
         const int g = i / hd, d = i % hd;
         a.part[(((int64_t)row * a.n_head + kvh * G + g) * a.max_chunks + c) * (hd + 2) + d] = v;
+    }
+}
+
+/* Many rows of a few sequences (prefill): AR_ROWS consecutive rows per CTA, for one KV head and one
+ * chunk index. attn_chunk_kernel gives each (row, KV head, chunk) a CTA of its own that fetches the
+ * chunk's K and V rows; a 512-token prefill thus launched ~67k CTAs per layer of a Qwen3-4B shape,
+ * each reading its 16 keys from L2 (585 us a layer on the H200, more than all the layer's matmuls).
+ * Here the rows of a CTA that share a sequence and a chunk length (a run) share the chunk's keys,
+ * staged once in shared memory (as floats, exact), and every partial is the same chain as attn_chunk_kernel's:
+ *   score   per (row, head, key): lane l's products over dimensions 4l .. 4l + 3 of each 128-wide
+ *           slice, in dimension order from 0, then warp_sum's butterfly, times the scale;
+ *   softmax max, then expf(s - max) and their sum: lane l's keys l, l + 32, ... in order, butterfly;
+ *   output  for each of attn_chunk_kernel's ATT_WARPS warps w, the fmaf chain over keys w,
+ *           w + ATT_WARPS, ... from 0, and the ATT_WARPS sums added in warp order.
+ * The merge is attn_merge_kernel's. Chunks of up to AR_MAX_CHUNK keys (rows of up to 2048 keys) and
+ * head sizes up to 256; the host picks this kernel (bit-identical, so the choice is free) for
+ * batches of long runs: test_cuda_ops compares every row of a 380-row batch with the row alone. */
+constexpr int AR_ROWS = 16, AR_WARPS = 8, AR_MAX_CHUNK = 64, AR_MAX_NS = 2;
+
+/* lane's share of one score: its products over dimensions 4 lane .. 4 lane + 3 of each 128-wide
+ * slice, in dimension order from 0 (attn_chunk_kernel's acc) */
+__device__ __forceinline__ float ar_partial(const float4 (&q4)[2], const float *krow, int lane, int ns, int hd) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int sl = 0; sl < 2; sl++) {
+        const int d = 128 * sl + 4 * lane;
+        if (sl >= ns || d >= hd) break;
+        const float4 kf = *(const float4 *)(krow + d);
+        acc = fmaf(q4[sl].x, kf.x, acc);
+        acc = fmaf(q4[sl].y, kf.y, acc);
+        acc = fmaf(q4[sl].z, kf.z, acc);
+        acc = fmaf(q4[sl].w, kf.w, acc);
+    }
+    return acc;
+}
+
+/* the query of `row` for the CTA's KV head: its G heads of hd */
+__device__ __forceinline__ const float *q_row_base(const attn_args &a, int row) {
+    const int G = a.n_head / a.n_head_kv;
+    return a.q + (int64_t)row * a.n_head * a.hd + (int64_t)(blockIdx.x % a.n_head_kv) * G * a.hd;
+}
+
+/* The scores of a run, 32 at a time per warp: each lane computes its partial of 32 (head, key)
+ * items (32 keys of a head, or 16 of two heads when the chunk is 16 long), then a reduce-scatter
+ * leaves item L's sum in lane L: at offset 16 a lane keeps the half of the items its bit 4 names
+ * and adds its partner's partials of that half, then offsets 8, 4, 2, 1 likewise. Every sum pairs
+ * the same lanes at each level as warp_sum's butterfly (a + b == b + a exactly), so each score is
+ * bit-identical to warp_sum's, for 31 shuffles per 32 scores instead of 160. */
+__device__ void ar_scores_rs(const attn_args &a, const float *ks, float *sc, const float *q0, const int *r_nk, int s0, int s1, int k0,
+                             int CH, int chmax) {
+    const int G = a.n_head / a.n_head_kv, hd = a.hd, ns = (hd + 127) / 128;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int per = CH < 32 ? CH : 32, hp = 32 / per; /* items per head, heads per pass */
+    const int hpass = (G + hp - 1) / hp, kpass = (CH + per - 1) / per;
+    const int64_t rstride = (int64_t)a.n_head * hd;
+    for (int pi = warp; pi < (s1 - s0) * hpass * kpass; pi += AR_WARPS) {
+        const int rr = s0 + pi / (hpass * kpass), g0 = pi / kpass % hpass * hp, kb = pi % kpass * per;
+        const int n = min(r_nk[rr] - k0, CH);
+        if (n <= kb) continue;
+        float4 q4[2][2]; /* [head of the pass][slice] */
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int sl = 0; sl < 2; sl++) {
+                const int d = 128 * sl + 4 * lane;
+                q4[h][sl] = h < hp && g0 + h < G && sl < ns && d < hd ? *(const float4 *)(q0 + rr * rstride + (int64_t)(g0 + h) * hd + d)
+                                                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        float v[32];
+#pragma unroll
+        for (int it = 0; it < 32; it++) {
+            const bool h1 = it >= per; /* per is 16 or 32: the pass's second head */
+            const int j = kb + (it & (per - 1));
+            const float4 qh[2] = {h1 ? q4[1][0] : q4[0][0], h1 ? q4[1][1] : q4[0][1]};
+            v[it] = j < n && g0 + h1 < G ? ar_partial(qh, ks + j * hd, lane, ns, hd) : 0.0f;
+        }
+#pragma unroll
+        for (int o = 16, w = 16; o >= 1; o >>= 1, w >>= 1) {
+            const bool hi = lane & o;
+#pragma unroll
+            for (int k = 0; k < 16; k++) {
+                if (k >= w) break;
+                const float send = hi ? v[k] : v[k + w], keep = hi ? v[k + w] : v[k];
+                v[k] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        }
+        const int h = lane >= per, j = kb + (lane & (per - 1));
+        if (j < n && g0 + h < G) sc[(rr * G + g0 + h) * chmax + j] = v[0] * a.scale;
+    }
+}
+
+__global__ void __launch_bounds__(AR_WARPS * 32) attn_rows_kernel(attn_args a, int n_rows, int chmax) {
+    extern __shared__ float smem[];
+    __shared__ int r_nk[AR_ROWS], r_seq[AR_ROWS], r_ch[AR_ROWS];
+    dsp_cu_pdl_launch_dependents();
+    const int kvh = blockIdx.x % a.n_head_kv, r0 = blockIdx.x / a.n_head_kv * AR_ROWS, c = blockIdx.y;
+    const int G = a.n_head / a.n_head_kv, hd = a.hd, kv_dim = a.kv.kv_dim, bt = a.kv.block_tokens, ns = (hd + 127) / 128;
+    const int rn = min(AR_ROWS, n_rows - r0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (threadIdx.x < rn) { /* the batch description is final before the forward's first kernel */
+        const int nk = a.m.n_keys[r0 + threadIdx.x];
+        r_nk[threadIdx.x] = nk, r_seq[threadIdx.x] = a.m.seq[r0 + threadIdx.x], r_ch[threadIdx.x] = dsp_cu_attn_chunk(nk, a.cmin);
+    }
+    __syncthreads();
+    bool any = false; /* does any row have a chunk c */
+    for (int i = 0; i < rn; i++) any |= c * r_ch[i] < r_nk[i];
+    if (!any) return;
+    float *ks = smem, *vs = ks + chmax * hd, *sc = vs + chmax * hd; /* sc: [AR_ROWS][G][chmax] */
+    int64_t *slot = (int64_t *)(sc + AR_ROWS * G * chmax + (AR_ROWS * G * chmax) % 2);
+    const int64_t lbase = (int64_t)a.layer * a.kv.n_blocks * bt;
+    dsp_cu_pdl_wait();
+    for (int s0 = 0, s1; s0 < rn; s0 = s1) { /* one run of rows at a time */
+        for (s1 = s0 + 1; s1 < rn && r_seq[s1] == r_seq[s0] && r_ch[s1] == r_ch[s0];) s1++;
+        const int CH = r_ch[s0], k0 = c * CH;
+        int nmax = 0;
+        for (int i = s0; i < s1; i++) nmax = max(nmax, min(r_nk[i] - k0, CH));
+        if (nmax <= 0) continue;
+        for (int j = threadIdx.x; j < nmax; j += blockDim.x) slot[j] = (lbase + kv_slot(a.m, bt, r0 + s0, k0 + j)) * kv_dim + (int64_t)kvh * hd;
+        __syncthreads();
+        /* K and V rows as floats (exact), 4 values a thread at a time */
+        const int u4 = hd / 4;
+        for (int i = threadIdx.x; i < nmax * u4; i += blockDim.x) {
+            const int j = i / u4, u = i % u4;
+            float f[4];
+            kv_load4(a.kv.k + slot[j] + 4 * u, f, a.kv.bf16);
+            ((float4 *)ks)[i] = make_float4(f[0], f[1], f[2], f[3]);
+            kv_load4(a.kv.v + slot[j] + 4 * u, f, a.kv.bf16);
+            ((float4 *)vs)[i] = make_float4(f[0], f[1], f[2], f[3]);
+        }
+        __syncthreads();
+        if (a.rows_mode == 2) {
+            ar_scores_rs(a, ks, sc, q_row_base(a, r0), r_nk, s0, s1, k0, CH, chmax);
+        } else { /* a warp per (row, head) and key: warp_sum itself */
+            for (int pi = warp; pi < (s1 - s0) * G; pi += AR_WARPS) {
+                const int rr = s0 + pi / G, g = pi % G, n = min(r_nk[rr] - k0, CH);
+                if (n <= 0) continue;
+                const float *qr = q_row_base(a, r0 + rr) + (int64_t)g * hd;
+                float4 q4[AR_MAX_NS];
+#pragma unroll
+                for (int sl = 0; sl < AR_MAX_NS; sl++) {
+                    const int d = 128 * sl + 4 * lane;
+                    q4[sl] = sl < ns && d < hd ? *(const float4 *)(qr + d) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+                float *sp = sc + (rr * G + g) * chmax;
+#pragma unroll 4
+                for (int j = 0; j < n; j++) {
+                    const float v = warp_sum(ar_partial(q4, ks + j * hd, lane, ns, hd));
+                    if (lane == 0) sp[j] = v * a.scale;
+                }
+            }
+        }
+        __syncthreads();
+        /* softmax: a warp per (row, head) */
+        for (int pi = warp; pi < (s1 - s0) * G; pi += AR_WARPS) {
+            const int rr = s0 + pi / G, g = pi % G, row = r0 + rr, n = min(r_nk[rr] - k0, CH);
+            if (n <= 0) continue;
+            float *sp = sc + (rr * G + g) * chmax;
+            float mx = -INFINITY;
+            for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sp[j]);
+            mx = warp_max(mx);
+            float l = 0.0f;
+            for (int j = lane; j < n; j += 32) {
+                const float p = expf(sp[j] - mx);
+                sp[j] = p;
+                l += p;
+            }
+            l = warp_sum(l);
+            if (lane == 0) {
+                float *pm = a.part + (((int64_t)row * a.n_head + kvh * G + g) * a.max_chunks + c) * (hd + 2);
+                pm[hd] = mx, pm[hd + 1] = l;
+            }
+        }
+        __syncthreads();
+        /* p v: a thread per (row, head, 4 dimensions), attn_chunk_kernel's ATT_WARPS chains in turn */
+        const int h4 = hd / 4;
+        for (int e = threadIdx.x; e < (s1 - s0) * G * h4; e += blockDim.x) {
+            const int rr = s0 + e / (G * h4), g = e / h4 % G, d = 4 * (e % h4), n = min(r_nk[rr] - k0, CH);
+            if (n <= 0) continue;
+            const float *pp = sc + (rr * G + g) * chmax;
+            float res[4];
+#pragma unroll
+            for (int w = 0; w < ATT_WARPS; w++) {
+                float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                for (int j = w; j < n; j += ATT_WARPS) {
+                    const float4 vf = *(const float4 *)(vs + j * hd + d);
+                    const float p = pp[j];
+                    o[0] = fmaf(p, vf.x, o[0]), o[1] = fmaf(p, vf.y, o[1]), o[2] = fmaf(p, vf.z, o[2]), o[3] = fmaf(p, vf.w, o[3]);
+                }
+#pragma unroll
+                for (int i = 0; i < 4; i++) res[i] = w == 0 ? o[i] : res[i] + o[i];
+            }
+            float *po = a.part + (((int64_t)(r0 + rr) * a.n_head + kvh * G + g) * a.max_chunks + c) * (hd + 2) + d;
+#pragma unroll
+            for (int i = 0; i < 4; i++) po[i] = res[i];
+        }
+        __syncthreads(); /* the next run reuses ks, vs, sc and slot */
     }
 }
 
@@ -805,8 +1000,28 @@ static size_t attn_smem(int G, int hd, int chunk) {
     return (size_t)(G * hd + G * chunk + ATT_WARPS * G * hd + 1) * sizeof(float) + (size_t)chunk * sizeof(int64_t) + 8;
 }
 
+static size_t attn_rows_smem(int G, int hd, int chunk) {
+    return (size_t)(2 * chunk * hd + AR_ROWS * G * chunk + 1) * sizeof(float) + (size_t)chunk * sizeof(int64_t);
+}
+
+/* $DSP_CUDA_ATTN_ROWS: 0 attn_chunk_kernel for every batch, 1 attn_rows_kernel with one warp_sum
+ * per score, 2 (default) with the reduce-scatter (to compare; all three give the same bits) */
+static int attn_rows_mode(void) {
+    static const int v = [] {
+        const char *e = getenv("DSP_CUDA_ATTN_ROWS");
+        return e && (!strcmp(e, "0") || !strcmp(e, "1")) ? atoi(e) : 2;
+    }();
+    return v;
+}
+
+bool dsp_cu_attn_rows_ok(int n_head, int n_head_kv, int head_dim, int max_chunk_len) {
+    const bool on = attn_rows_mode() > 0;
+    return on && max_chunk_len <= AR_MAX_CHUNK && head_dim <= 128 * AR_MAX_NS && n_head / n_head_kv <= MAX_GROUP &&
+           attn_rows_smem(n_head / n_head_kv, head_dim, max_chunk_len) <= ATT_SMEM_MAX;
+}
+
 cudaError_t dsp_cu_attention(float *out, const float *q, const dsp_cu_kv *kv, int layer, int n, int n_head, int n_head_kv,
-                             int head_dim, float scale, int max_chunks, int max_chunk_len, float *part, const dsp_cu_meta *m,
+                             int head_dim, float scale, int max_chunks, int max_chunk_len, bool rows, float *part, const dsp_cu_meta *m,
                              const dsp_cu_xpack *pack, cudaStream_t st) {
     const int G = n_head / n_head_kv;
     if (G > MAX_GROUP || head_dim % 8 || max_chunks > ATT_MAX_CHUNKS || (pack && !dsp_cu_attn_pack_ok(head_dim)))
@@ -817,12 +1032,20 @@ cudaError_t dsp_cu_attention(float *out, const float *q, const dsp_cu_kv *kv, in
         const char *e = getenv("DSP_CUDA_ATTN_VEARLY");
         return e && !strcmp(e, "0") ? 0 : 1;
     }();
-    attn_args a = {q, *kv, layer, n_head, n_head_kv, head_dim, max_chunks, dsp_cu_attn_cmin(), vearly, scale, part, *m};
-    const dim3 grid((unsigned)(n * n_head_kv), (unsigned)max_chunks);
-    const size_t sm = attn_smem(G, head_dim, max_chunk_len);
-    if (sm > ATT_SMEM_MAX) return cudaErrorInvalidValue;
-    cudaError_t e = dsp_cu_launch_dep(G <= 4 ? attn_chunk_kernel<4> : G <= 8 ? attn_chunk_kernel<8> : attn_chunk_kernel<16>, grid,
-                                      dim3(ATT_WARPS * 32), sm, st, a);
+    attn_args a = {q, *kv, layer, n_head, n_head_kv, head_dim, max_chunks, dsp_cu_attn_cmin(), vearly, attn_rows_mode(), scale, part, *m};
+    cudaError_t e;
+    if (rows) {
+        if (!dsp_cu_attn_rows_ok(n_head, n_head_kv, head_dim, max_chunk_len)) return cudaErrorInvalidValue;
+        const dim3 grid((unsigned)((n + AR_ROWS - 1) / AR_ROWS * n_head_kv), (unsigned)max_chunks);
+        e = dsp_cu_launch_dep(attn_rows_kernel, grid, dim3(AR_WARPS * 32), attn_rows_smem(G, head_dim, max_chunk_len), st, a, n,
+                              max_chunk_len);
+    } else {
+        const dim3 grid((unsigned)(n * n_head_kv), (unsigned)max_chunks);
+        const size_t sm = attn_smem(G, head_dim, max_chunk_len);
+        if (sm > ATT_SMEM_MAX) return cudaErrorInvalidValue;
+        e = dsp_cu_launch_dep(G <= 4 ? attn_chunk_kernel<4> : G <= 8 ? attn_chunk_kernel<8> : attn_chunk_kernel<16>, grid,
+                              dim3(ATT_WARPS * 32), sm, st, a);
+    }
     return e ? e : dsp_cu_launch_dep(attn_merge_kernel, dim3((unsigned)(n * n_head)), dim3(128), 0, st, out, (const float *)part, n_head,
                                      head_dim, max_chunks, a.cmin, *m, pk);
 }
@@ -856,6 +1079,7 @@ bool dsp_cu_pdl_all(void) { return pdl_level() > 1; }
 
 cudaError_t dsp_cu_kernels_init(void) {
     cudaError_t e = cudaFuncSetAttribute(attn_chunk_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(attn_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(attn_chunk_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(attn_chunk_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
     return e;
