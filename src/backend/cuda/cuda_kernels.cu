@@ -548,11 +548,12 @@ __device__ __forceinline__ const float *q_row_base(const attn_args &a, int row) 
  * and adds its partner's partials of that half, then offsets 8, 4, 2, 1 likewise. Every sum pairs
  * the same lanes at each level as warp_sum's butterfly (a + b == b + a exactly), so each score is
  * bit-identical to warp_sum's, for 31 shuffles per 32 scores instead of 160. */
+template <int PER> /* items per head: 16 (chunks of 16 keys, two heads a pass) or 32 */
 __device__ void ar_scores_rs(const attn_args &a, const float *ks, float *sc, const float *q0, const int *r_nk, int s0, int s1, int k0,
                              int CH, int chmax) {
     const int G = a.n_head / a.n_head_kv, hd = a.hd, ns = (hd + 127) / 128;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int per = CH < 32 ? CH : 32, hp = 32 / per; /* items per head, heads per pass */
+    constexpr int per = PER, hp = 32 / PER; /* heads per pass */
     const int hpass = (G + hp - 1) / hp, kpass = (CH + per - 1) / per;
     const int64_t rstride = (int64_t)a.n_head * hd;
     for (int pi = warp; pi < (s1 - s0) * hpass * kpass; pi += AR_WARPS) {
@@ -571,10 +572,9 @@ __device__ void ar_scores_rs(const attn_args &a, const float *ks, float *sc, con
         float v[32];
 #pragma unroll
         for (int it = 0; it < 32; it++) {
-            const bool h1 = it >= per; /* per is 16 or 32: the pass's second head */
+            const int hh = it >= per; /* the pass's second head (a constant once unrolled) */
             const int j = kb + (it & (per - 1));
-            const float4 qh[2] = {h1 ? q4[1][0] : q4[0][0], h1 ? q4[1][1] : q4[0][1]};
-            v[it] = j < n && g0 + h1 < G ? ar_partial(qh, ks + j * hd, lane, ns, hd) : 0.0f;
+            v[it] = j < n && g0 + hh < G ? ar_partial(q4[hh], ks + j * hd, lane, ns, hd) : 0.0f;
         }
 #pragma unroll
         for (int o = 16, w = 16; o >= 1; o >>= 1, w >>= 1) {
@@ -591,7 +591,7 @@ __device__ void ar_scores_rs(const attn_args &a, const float *ks, float *sc, con
     }
 }
 
-__global__ void __launch_bounds__(AR_WARPS * 32) attn_rows_kernel(attn_args a, int n_rows, int chmax) {
+__global__ void __launch_bounds__(AR_WARPS * 32, 4) attn_rows_kernel(attn_args a, int n_rows, int chmax) {
     extern __shared__ float smem[];
     __shared__ int r_nk[AR_ROWS], r_seq[AR_ROWS], r_ch[AR_ROWS];
     dsp_cu_pdl_launch_dependents();
@@ -630,7 +630,8 @@ __global__ void __launch_bounds__(AR_WARPS * 32) attn_rows_kernel(attn_args a, i
         }
         __syncthreads();
         if (a.rows_mode == 2) {
-            ar_scores_rs(a, ks, sc, q_row_base(a, r0), r_nk, s0, s1, k0, CH, chmax);
+            if (CH < 32) ar_scores_rs<16>(a, ks, sc, q_row_base(a, r0), r_nk, s0, s1, k0, CH, chmax);
+            else ar_scores_rs<32>(a, ks, sc, q_row_base(a, r0), r_nk, s0, s1, k0, CH, chmax);
         } else { /* a warp per (row, head) and key: warp_sum itself */
             for (int pi = warp; pi < (s1 - s0) * G; pi += AR_WARPS) {
                 const int rr = s0 + pi / G, g = pi % G, n = min(r_nk[rr] - k0, CH);
