@@ -357,6 +357,23 @@ __device__ __forceinline__ void kv_load4(const uint16_t *p, float f[4], bool bf1
     f[2] = kv_val((uint16_t)r.y, bf16), f[3] = kv_val((uint16_t)(r.y >> 16), bf16);
 }
 
+/* A chunk's softmax for one head, by one warp (both attention kernels: the same chain): the max of
+ * the n scores, then p = expf(s - max) in place and their sum, lane l adding keys l, l + 32, ... in
+ * order before warp_sum; lane 0 writes (max, sum) to ml[0], ml[1]. */
+__device__ __forceinline__ void chunk_softmax(float *sp, int n, int lane, float *ml) {
+    float mx = -INFINITY;
+    for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sp[j]);
+    mx = warp_max(mx);
+    float l = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+        const float p = expf(sp[j] - mx);
+        sp[j] = p;
+        l += p;
+    }
+    l = warp_sum(l);
+    if (lane == 0) ml[0] = mx, ml[1] = l;
+}
+
 template <int GM>
 __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a) {
     extern __shared__ float smem[];
@@ -439,22 +456,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
     }
     __syncthreads();
     /* per head: max, exp, sum (warp per head) */
-    for (int g = warp; g < G; g += ATT_WARPS) {
-        float mx = -INFINITY;
-        for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sc[g * CH + j]);
-        mx = warp_max(mx);
-        float l = 0.0f;
-        for (int j = lane; j < n; j += 32) {
-            const float p = expf(sc[g * CH + j] - mx);
-            sc[g * CH + j] = p;
-            l += p;
-        }
-        l = warp_sum(l);
-        if (lane == 0) {
-            float *pm = a.part + (((int64_t)row * a.n_head + kvh * G + g) * a.max_chunks + c) * (hd + 2);
-            pm[hd] = mx, pm[hd + 1] = l;
-        }
-    }
+    for (int g = warp; g < G; g += ATT_WARPS)
+        chunk_softmax(sc + g * CH, n, lane, a.part + (((int64_t)row * a.n_head + kvh * G + g) * a.max_chunks + c) * (hd + 2) + hd);
     __syncthreads();
     /* each warp: o[g][d] = sum over its keys (in order) of p[g][j] v[j][d] */
     for (int sl = 0; sl < ns; sl++) {
@@ -656,21 +659,7 @@ __global__ void __launch_bounds__(AR_WARPS * 32, 4) attn_rows_kernel(attn_args a
         for (int pi = warp; pi < (s1 - s0) * G; pi += AR_WARPS) {
             const int rr = s0 + pi / G, g = pi % G, row = r0 + rr, n = min(r_nk[rr] - k0, CH);
             if (n <= 0) continue;
-            float *sp = sc + (rr * G + g) * chmax;
-            float mx = -INFINITY;
-            for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sp[j]);
-            mx = warp_max(mx);
-            float l = 0.0f;
-            for (int j = lane; j < n; j += 32) {
-                const float p = expf(sp[j] - mx);
-                sp[j] = p;
-                l += p;
-            }
-            l = warp_sum(l);
-            if (lane == 0) {
-                float *pm = a.part + (((int64_t)row * a.n_head + kvh * G + g) * a.max_chunks + c) * (hd + 2);
-                pm[hd] = mx, pm[hd + 1] = l;
-            }
+            chunk_softmax(sc + (rr * G + g) * chmax, n, lane, a.part + (((int64_t)row * a.n_head + kvh * G + g) * a.max_chunks + c) * (hd + 2) + hd);
         }
         __syncthreads();
         /* p v: a thread per (row, head, 4 dimensions), attn_chunk_kernel's ATT_WARPS chains in turn */
