@@ -7,7 +7,9 @@
  *
  * Paged attention splits a row's keys into chunks whose length depends on the row's key count
  * alone (dsp_cu_attn_chunk); a CTA per (row, KV head, chunk) computes the chunk's softmax partials
- * for the query heads sharing that KV head (GQA), and a second kernel merges the chunks in order. */
+ * for the query heads sharing that KV head (GQA), and a second kernel merges the chunks in order.
+ * Prefill batches (long runs of rows of one sequence) take attn_rows_kernel instead, which computes
+ * the same partials for 16 rows per CTA from keys staged once (bit-identical; test_cuda_ops). */
 #include "backend/cuda/cuda_internal.h"
 
 #include <cooperative_groups.h>
