@@ -19,8 +19,9 @@
 # Env: TARGET (default the default model), LENT (default build/lent), CALL_S (a call's limit, 600).
 # Back here: copy the returned core/ somewhere writable, untar trainlog.tgz into it (metrics.json,
 # train_log.jsonl: a call returns at most 8 files), then scripts/train-default-drafter --finish DIR.
-# Stop 48 smoke-tested prepare, stage, data and train on a CPU (twice: before and after the steps became the recipe script) (PATH with .venv-drafters' python,
-# DSPARK_ARGS="-t 2 --max-batch 16", tiny budgets); bench needs a GPU.
+# Stop 48 smoke-tested prepare, stage, data and train on a CPU, before and after the steps became
+# the recipe script (PATH with .venv-drafters' python, DSPARK_ARGS="-t 2 --max-batch 16", tiny
+# budgets); bench needs a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS

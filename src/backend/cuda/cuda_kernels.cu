@@ -510,8 +510,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_chunk_kernel(attn_args a)
 
 /* Many rows of a few sequences (prefill): AR_ROWS consecutive rows per CTA, for one KV head and one
  * chunk index. attn_chunk_kernel gives each (row, KV head, chunk) a CTA of its own that fetches the
- * chunk's K and V rows; a 512-token prefill thus launched ~67k CTAs per layer of a Qwen3-4B shape,
- * each reading its 16 keys from L2 (585 us a layer on the H200, more than all the layer's matmuls).
+ * chunk's K and V rows; a 512-token prefill thus launched ~68k CTAs per layer of a Qwen3-4B shape,
+ * each reading its 16 keys from L2 (~600 us a layer on an H100, about half the layer's matmuls).
  * Here the rows of a CTA that share a sequence and a chunk length (a run) share the chunk's keys,
  * staged once in shared memory (as floats, exact), and every partial is the same chain as attn_chunk_kernel's:
  *   score   per (row, head, key): lane l's products over dimensions 4l .. 4l + 3 of each 128-wide
@@ -526,10 +526,10 @@ constexpr int AR_ROWS = 16, AR_WARPS = 8, AR_MAX_CHUNK = 64, AR_MAX_NS = 2;
 
 /* lane's share of one score: its products over dimensions 4 lane .. 4 lane + 3 of each 128-wide
  * slice, in dimension order from 0 (attn_chunk_kernel's acc) */
-__device__ __forceinline__ float ar_partial(const float4 (&q4)[2], const float *krow, int lane, int ns, int hd) {
+__device__ __forceinline__ float ar_partial(const float4 (&q4)[AR_MAX_NS], const float *krow, int lane, int ns, int hd) {
     float acc = 0.0f;
 #pragma unroll
-    for (int sl = 0; sl < 2; sl++) {
+    for (int sl = 0; sl < AR_MAX_NS; sl++) {
         const int d = 128 * sl + 4 * lane;
         if (sl >= ns || d >= hd) break;
         const float4 kf = *(const float4 *)(krow + d);
@@ -565,11 +565,11 @@ __device__ void ar_scores_rs(const attn_args &a, const float *ks, float *sc, con
         const int rr = s0 + pi / (hpass * kpass), g0 = pi / kpass % hpass * hp, kb = pi % kpass * per;
         const int n = min(r_nk[rr] - k0, CH);
         if (n <= kb) continue;
-        float4 q4[2][2]; /* [head of the pass][slice] */
+        float4 q4[2][AR_MAX_NS]; /* [head of the pass][slice] */
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
-            for (int sl = 0; sl < 2; sl++) {
+            for (int sl = 0; sl < AR_MAX_NS; sl++) {
                 const int d = 128 * sl + 4 * lane;
                 q4[h][sl] = h < hp && g0 + h < G && sl < ns && d < hd ? *(const float4 *)(q0 + rr * rstride + (int64_t)(g0 + h) * hd + d)
                                                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
